@@ -1,0 +1,151 @@
+// The compute backend interface: allocation, copies and the fused ops a GPT training step is
+// made of. The model (worker/engine/) is written once over this interface; `cpu` (reference,
+// OpenBLAS) and, later, `cuda` (fused kernels, cuBLASLt) implement it.
+//
+// Knows no model, job, protobuf or control plane.
+//
+// Buffers and dtypes. A backend has two element types:
+//   - compute_dtype(): activations, working weights, parameter gradients and activation
+//     gradients (cpu: FP32, or FP64 for the double-precision test backend; cuda: BF16).
+//   - state_dtype(): master weights and AdamW moments (cpu: same as compute; cuda: FP32).
+// Pointers typed `void*` point at compute_dtype() elements unless the comment says otherwise;
+// `float*` scalars-on-device (losses, norms) are always FP32. On the cpu backend "device"
+// memory is host memory.
+//
+// Accumulate semantics (as llm.c): parameter gradients use +=, activation gradients use =,
+// except where an op says it accumulates (the residual stream's gradient).
+//
+// Layouts (row-major): activations [N, C] with N = B*T; Linear weights [OC, C] (out, in), so a
+// forward is out = inp · Wᵀ + b; qkv is [B, T, 3C] with q, k, v each [B, T, NH, HS].
+//
+// Thread-safety: a Backend is used by one thread. Ops are enqueued in order on the backend's
+// stream; Synchronize() waits for them and reports the first asynchronous error.
+#ifndef BOULDER_KERNELS_BACKEND_H_
+#define BOULDER_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace boulder::kernels {
+
+enum class DType { kF32, kF64, kBF16 };
+
+size_t DTypeSize(DType t);
+const char* DTypeName(DType t);
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;     // live allocations made through Alloc
+  int64_t peak_bytes = 0;          // high-water mark of allocated_bytes
+  int64_t reserved_bytes = 0;      // held from the system (>= allocated)
+  int64_t device_total_bytes = 0;  // the device's memory (cpu: physical RAM)
+};
+
+// Epilogue of a Linear forward GEMM.
+enum class Epilogue {
+  kNone,      // out = inp·Wᵀ (+ bias)
+  kGelu,      // pre = inp·Wᵀ + bias; out = gelu_tanh(pre); pre_gelu receives pre
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  virtual DType compute_dtype() const = 0;
+  virtual DType state_dtype() const = 0;
+
+  // ---- memory ----------------------------------------------------------------------------
+  // Allocates `bytes` of device memory (uninitialised). RESOURCE_EXHAUSTED names the size.
+  virtual absl::StatusOr<void*> Alloc(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual void Memset0(void* ptr, size_t bytes) = 0;
+  // Copies n elements between host FP32 and a device buffer of `dtype`, converting.
+  virtual void CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) = 0;
+  virtual void CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) = 0;
+  // Raw byte copies host<->device (integer tokens, opaque state).
+  virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  // Waits for all enqueued work; returns the first asynchronous error, if any.
+  virtual absl::Status Synchronize() = 0;
+  virtual MemoryStats GetMemoryStats() const = 0;
+
+  // ---- ops -------------------------------------------------------------------------------
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t].  tokens: int32 device buffer [B,T].
+  virtual void EncoderForward(void* out, const int32_t* tokens, const void* wte,
+                              const void* wpe, int B, int T, int C) = 0;
+  // dwte += scatter(dout by token), dwpe += sum over batch. Deterministic (no atomics).
+  virtual void EncoderBackward(void* dwte, void* dwpe, const void* dout,
+                               const int32_t* tokens, int B, int T, int C) = 0;
+
+  // LayerNorm over the last dim C of inp[N,C]: out = (x-mean)*rstd*weight + bias.
+  // mean, rstd: FP32 device buffers [N] saved for the backward.
+  virtual void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                                const void* weight, const void* bias, int N, int C) = 0;
+  // dinp += (accumulates into the residual stream's gradient); dweight, dbias +=.
+  virtual void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                 const void* inp, const void* weight, const float* mean,
+                                 const float* rstd, int N, int C) = 0;
+
+  // out[N,OC] = epilogue(inp[N,C] · weight[OC,C]ᵀ + bias[OC]); bias may be null.
+  // For kGelu, pre_gelu[N,OC] receives the pre-activation (needed by the backward).
+  virtual void MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                             const void* bias, int N, int C, int OC, Epilogue epilogue) = 0;
+  // Given dout[N,OC]: if pre_gelu is non-null, dout is first multiplied by gelu'(pre_gelu)
+  // (in place: dout is overwritten with the pre-activation gradient). Then
+  // dinp = dout·weight (=, skipped when dinp is null), dweight += doutᵀ·inp,
+  // dbias += Σ_rows dout (skipped when dbias is null).
+  virtual void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
+                              const void* pre_gelu, const void* inp, const void* weight,
+                              int N, int C, int OC) = 0;
+
+  // Causal multi-head self-attention. qkv[B,T,3C] -> out[B,T,C]; stats: FP32 [B,NH,T]
+  // (log-sum-exp of each query row's scaled scores) saved for the backward.
+  virtual void AttentionForward(void* out, float* stats, const void* qkv, int B, int T,
+                                int C, int NH) = 0;
+  // dqkv = (not +=) gradient w.r.t. qkv given dout.
+  virtual void AttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                 const void* out, const float* stats, int B, int T, int C,
+                                 int NH) = 0;
+
+  // out = a + b, n elements.
+  virtual void ResidualForward(void* out, const void* a, const void* b, size_t n) = 0;
+
+  // Fused softmax + cross-entropy over logits[N,Vp] (the first V columns are real, the rest
+  // padding). losses[N] (FP32) receives -log p(target). Logits are overwritten in place
+  // with dlogits = (softmax - onehot) * dloss (padding columns get 0). targets: int32 [N].
+  virtual void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets,
+                                   int N, int V, int Vp, float dloss) = 0;
+
+  // Sum of squares of n compute-dtype elements, written to *out (FP32 device scalar).
+  virtual void NormSquared(float* out, const void* x, size_t n) = 0;
+
+  // One AdamW step over n parameters (decoupled weight decay; decay applies where
+  // decay_mask is null or decay_mask[i] != 0 — a uint8 device buffer).
+  // The gradient is scaled by grad_scale * clip, where clip = min(1, max_norm / sqrt(*norm_sq))
+  // when max_norm > 0 (read on device: no host sync), else 1.
+  // master: state-dtype master weights (null when the state dtype equals the compute dtype:
+  // then params are updated directly). m, v: state-dtype moments. t: 1-based step.
+  virtual void AdamW(void* params, void* master, const void* grads, void* m, void* v,
+                     const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
+                     float eps, float weight_decay, int t, float grad_scale,
+                     const float* norm_sq, float max_norm) = 0;
+
+  // Argmax over each row of logits[N,V] (first V columns) into int32 out[N]; used by greedy
+  // generation.
+  virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
+};
+
+// The CPU reference backend (FP32, OpenBLAS GEMMs, threads across `num_threads` cores; 0 =
+// all cores).
+std::unique_ptr<Backend> NewCpuBackend(int num_threads = 0);
+// The same algorithms in FP64: used by tests that compare against finite differences.
+std::unique_ptr<Backend> NewCpuBackendF64(int num_threads = 1);
+
+}  // namespace boulder::kernels
+
+#endif  // BOULDER_KERNELS_BACKEND_H_

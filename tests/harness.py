@@ -1,0 +1,145 @@
+"""Multi-process test harness: starts a coordinator and workers on 127.0.0.1 and runs the CLI.
+
+Every process is started in its own process group and killed on close(); every wait has a
+deadline. Used by the end-to-end tests in this folder.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+
+class Proc:
+    """A child process whose output lines are collected by a reader thread."""
+
+    def __init__(self, argv, env=None):
+        self.argv = argv
+        self.lines = []
+        self._cv = threading.Condition()
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, text=True, env=env,
+                                  start_new_session=True)
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self._cv:
+                self.lines.append(line.rstrip("\n"))
+                self._cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
+
+    def wait_line(self, pattern, timeout):
+        """Returns the first match of `pattern` in the output, waiting up to `timeout` s."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.p.poll() is not None and not self._t.is_alive()):
+                    raise AssertionError(
+                        f"{os.path.basename(self.argv[0])}: no line matching {pattern!r} "
+                        f"within {timeout}s; output:\n" + "\n".join(self.lines[-40:]))
+                self._cv.wait(min(left, 0.2))
+
+    def output(self):
+        with self._cv:
+            return "\n".join(self.lines)
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout=10):
+        """SIGTERM, then SIGKILL after `timeout` s; returns the exit code."""
+        self.kill(signal.SIGTERM)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            return self.p.wait(5)
+
+
+def wait_until(fn, timeout, what, interval=0.1):
+    """Polls fn() until it returns a truthy value; fails naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    """A coordinator (port 0, temp SQLite) and N workers, all on 127.0.0.1."""
+
+    def __init__(self, bin_dir, workers=1, worker_args=(), coordinator_args=()):
+        self.bin = bin_dir
+        self.tmp = tempfile.TemporaryDirectory(prefix="boulder-e2e-")
+        self.db = os.path.join(self.tmp.name, "boulder.db")
+        self.procs = []
+        self.worker_procs = []
+        self.coordinator = None
+        self.address = None
+        self.coordinator_args = list(coordinator_args)
+        self.start_coordinator()
+        for i in range(workers):
+            self.start_worker(list(worker_args))
+
+    def start_coordinator(self, port=0):
+        argv = [os.path.join(self.bin, "boulder-coordinator"), "--listen",
+                f"127.0.0.1:{port}", "--db", self.db] + self.coordinator_args
+        self.coordinator = Proc(argv)
+        self.procs.append(self.coordinator)
+        m = self.coordinator.wait_line(r"listening on (127\.0\.0\.1:\d+)", 30)
+        self.address = m.group(1)
+        return self.coordinator
+
+    def start_worker(self, extra=()):
+        wd = tempfile.mkdtemp(dir=self.tmp.name, prefix="worker-")
+        argv = [os.path.join(self.bin, "boulder-worker"), "--coordinator", self.address,
+                "--backend", "cpu", "--work-dir", wd, "--threads", "1"] + list(extra)
+        w = Proc(argv)
+        self.procs.append(w)
+        self.worker_procs.append(w)
+        w.wait_line(r"registered", 30)
+        return w
+
+    def cli(self, *args, timeout=60, check=True, address=None):
+        argv = [os.path.join(self.bin, "boulder"), "--coordinator",
+                address or self.address] + list(args)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def cli_json(self, *args):
+        return json.loads(self.cli(*args, "-o", "json").stdout)
+
+    def job(self, job_id):
+        return self.cli_json("get", str(job_id))
+
+    def wait_state(self, job_id, states, timeout):
+        states = set(states)
+        return wait_until(lambda: (lambda j: j if j.get("state") in states else None)(
+            self.job(job_id)), timeout, f"job {job_id} to reach {sorted(states)}", 0.2)
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.stop()
+        self.tmp.cleanup()
