@@ -26,21 +26,44 @@ inline constexpr size_t kMaxSpecBytes = 1 << 20;
 
 // Parses a YAML (or JSON) document into an unresolved JobSpec: only the fields written are set.
 // Rejects unknown fields, wrong types, duplicate keys and non-mapping documents.
+// Keys are the proto field names; the lowerCamelCase JSON names (as protobuf's JSON printer
+// writes them) are accepted too. Numbers may be quoted, as in protobuf JSON ("seed": "7").
+// A section written with no fields (`model:`) is present and empty. Integers are decimal;
+// doubles accept integers and floats (3e-4) but not NaN or infinities; bools are true/false.
+// Errors (all INVALID_ARGUMENT): YAML syntax errors (with line and column), an empty document,
+// more than one document, a document over kMaxSpecBytes, and the field-level errors above.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
 
-// Applies one "path=value" override (value parsed as YAML scalar), e.g. "training.steps=50".
+// Applies one "path=value" override, e.g. "training.steps=50". The path names a field through
+// its sections; the value is parsed as YAML with the same type checks as a document (so
+// "model={preset: gpt2, layers: 2}" merges into a section). INVALID_ARGUMENT, naming the path,
+// for a missing '=', an unknown or malformed path, or a bad value; `spec` is then unchanged.
 absl::Status ApplyOverride(v1::JobSpec* spec, absl::string_view path_equals_value);
 
 // Expands the model preset, fills every unset field with its default and validates the
 // result. The returned spec has every field set. Does not modify `spec`.
+// Defaults: model.preset "minigpt"; training.seq_len = model.context; name = the preset's name;
+// precision "auto" and resources.backend "auto" stay "auto" (see EffectivePrecision and
+// RequiredBackend). INVALID_ARGUMENT, starting with the field's path, for any impossible value.
 absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec);
+
+// The backend a resolved spec needs: "cpu" or "cuda", or "" when either will do. bf16 and
+// fp8 need cuda even where resources.backend is "auto".
+std::string RequiredBackend(const v1::JobSpec& resolved);
+
+// The precision a trainer runs `resolved` at on a worker whose backend is `worker_backend`
+// ("cpu" or "cuda"): "auto" is bf16 on cuda and fp32 on cpu. INVALID_ARGUMENT if the spec
+// cannot run on that backend (RequiredBackend disagrees) or `worker_backend` is neither.
+absl::StatusOr<std::string> EffectivePrecision(const v1::JobSpec& resolved,
+                                               absl::string_view worker_backend);
 
 // Parse + overrides + resolve.
 absl::StatusOr<v1::JobSpec> LoadJobSpec(absl::string_view yaml,
                                         const std::vector<std::string>& overrides);
 
-// A resolved spec as YAML (for `boulder get` and for the trainer's spec file). Round-trips
-// through ParseJobSpecYaml.
+// A spec as YAML (for `boulder get` and for the trainer's spec file): the fields that are set
+// (all of them, for a resolved spec) in declaration order, sections as nested mappings, "{}"
+// for an empty spec. ParseJobSpecYaml reads it back to an equal message, doubles exactly.
 std::string JobSpecToYaml(const v1::JobSpec& spec);
 
 }  // namespace boulder::common

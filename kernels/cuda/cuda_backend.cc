@@ -1,0 +1,345 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+uint16_t F32ToBF16Bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  x += 0x7fffu + ((x >> 16) & 1u);                     // round to nearest even
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float BF16BitsToF32(uint16_t b) {
+  uint32_t x = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: ", err == cudaSuccess ? "none found" : cudaGetErrorString(err)));
+  }
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", device, " does not exist (", count, " present)"));
+  }
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(prop.name, " has compute capability ", prop.major, ".", prop.minor,
+                     "; the CUDA backend needs 8.0 or higher (BF16 tensor cores)"));
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  b->device_ = device;
+  b->device_name_ = prop.name;
+  b->device_total_ = static_cast<int64_t>(prop.totalGlobalMem);
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
+  absl::StatusOr<std::unique_ptr<LtMatmul>> mm = LtMatmul::Create();
+  if (!mm.ok()) return mm.status();
+  b->matmul_ = std::move(*mm);
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [ptr, bytes] : allocations_) cudaFree(ptr);
+  matmul_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::Fail(absl::Status s) {
+  if (sticky_.ok() && !s.ok()) sticky_ = std::move(s);
+}
+void CudaBackend::Check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) Fail(CudaStatus(err, what, __FILE__, __LINE__));
+}
+void CudaBackend::Check(const absl::Status& s) { Fail(s); }
+
+absl::StatusOr<void*> CudaBackend::Alloc(size_t bytes) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) allocation error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes failed on ", device_name_, ": ",
+                     cudaGetErrorString(err), " (", free_b, " of ", total_b, " bytes free, ",
+                     allocated_, " allocated by this trainer)"));
+  }
+  allocations_[p] = bytes;
+  allocated_ += bytes;
+  if (allocated_ > peak_) peak_ = allocated_;
+  return p;
+}
+
+void CudaBackend::Free(void* ptr) {
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end()) return;
+  allocated_ -= it->second;
+  allocations_.erase(it);
+  Check(cudaFree(ptr), "cudaFree");
+}
+
+void CudaBackend::Memset0(void* ptr, size_t bytes) {
+  if (Ok()) Check(cudaMemsetAsync(ptr, 0, bytes, stream_), "cudaMemsetAsync");
+}
+
+void CudaBackend::CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) {
+  if (!Ok()) return;
+  if (dtype == DType::kF32) {
+    Check(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+  } else if (dtype == DType::kBF16) {
+    std::vector<uint16_t> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = F32ToBF16Bits(src[i]);
+    Check(cudaMemcpyAsync(dst, tmp.data(), n * 2, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  } else {
+    Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
+  }
+  if (dtype == DType::kF32) Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) {
+  if (!Ok()) return;
+  if (dtype == DType::kF32) {
+    Check(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  } else if (dtype == DType::kBF16) {
+    std::vector<uint16_t> tmp(n);
+    Check(cudaMemcpyAsync(tmp.data(), src, n * 2, cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    for (size_t i = 0; i < n; ++i) dst[i] = BF16BitsToF32(tmp[i]);
+  } else {
+    Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
+  }
+}
+
+void CudaBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
+  if (!Ok()) return;
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (!Ok()) return;
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (sticky_.ok()) Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return sticky_;
+}
+
+MemoryStats CudaBackend::GetMemoryStats() const {
+  MemoryStats m;
+  m.allocated_bytes = allocated_;
+  m.peak_bytes = peak_;
+  m.reserved_bytes = allocated_ + static_cast<int64_t>(scratch_.capacity()) +
+                     static_cast<int64_t>(LtMatmul::kWorkspaceBytes);
+  m.device_total_bytes = device_total_;
+  return m;
+}
+
+#define BOULDER_REQUIRE(cond, msg)                                                   \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: ", msg)));         \
+      return;                                                                        \
+    }                                                                                \
+  } while (0)
+
+void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte,
+                                 const void* wpe, int B, int T, int C) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
+  Check(cuda::EncoderForward(static_cast<bf16*>(out), tokens, static_cast<const bf16*>(wte),
+                             static_cast<const bf16*>(wpe), B, T, C, stream_),
+        "EncoderForward");
+}
+
+void CudaBackend::EncoderBackward(void* dwte, void* dwpe, const void* dout,
+                                  const int32_t* tokens, int B, int T, int C) {
+  if (!Ok()) return;
+  Check(cuda::EncoderBackward(static_cast<bf16*>(dwte), static_cast<bf16*>(dwpe),
+                              static_cast<const bf16*>(dout), tokens, B, T, C, scratch_, stream_),
+        "EncoderBackward");
+}
+
+void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int N, int C) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
+  Check(cuda::LayerNormForward(static_cast<bf16*>(out), mean, rstd,
+                               static_cast<const bf16*>(inp), static_cast<const bf16*>(weight),
+                               static_cast<const bf16*>(bias), N, C, stream_),
+        "LayerNormForward");
+}
+
+void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                    const void* inp, const void* weight, const float* mean,
+                                    const float* rstd, int N, int C) {
+  if (!Ok()) return;
+  Check(cuda::LayerNormBackward(static_cast<bf16*>(dinp), static_cast<bf16*>(dweight),
+                                static_cast<bf16*>(dbias), static_cast<const bf16*>(dout),
+                                static_cast<const bf16*>(inp), static_cast<const bf16*>(weight),
+                                mean, rstd, N, C, scratch_, stream_),
+        "LayerNormBackward");
+}
+
+void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                                const void* bias, int N, int C, int OC, Epilogue epilogue) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE(C % 8 == 0 && OC % 8 == 0,
+                  absl::StrCat("GEMM dims ", C, "x", OC, " must be multiples of 8"));
+  GemmShape s;
+  s.trans_a = true;
+  s.m = OC;
+  s.n = N;
+  s.k = C;
+  s.lda = C;
+  s.ldb = C;
+  s.ldd = OC;
+  void* aux = nullptr;
+  if (epilogue == Epilogue::kGelu) {
+    BOULDER_REQUIRE(pre_gelu != nullptr, "GELU epilogue without a pre-activation buffer");
+    s.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    aux = pre_gelu;
+  } else {
+    s.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+  Check(matmul_->Run(s, weight, inp, out, bias, aux, stream_));
+}
+
+void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
+                                 const void* pre_gelu, const void* inp, const void* weight,
+                                 int N, int C, int OC) {
+  if (!Ok()) return;
+  bf16* dy = static_cast<bf16*>(dout);
+  if (pre_gelu) {
+    Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
+          "GeluBackwardInPlace");
+  }
+  if (dbias) {
+    Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+          "ColumnSumAccumulate");
+  }
+  if (dinp) {
+    GemmShape s;  // dinp[N,C] = dout[N,OC] · W[OC,C]
+    s.m = C;
+    s.n = N;
+    s.k = OC;
+    s.lda = C;
+    s.ldb = OC;
+    s.ldd = C;
+    Check(matmul_->Run(s, weight, dy, dinp, nullptr, nullptr, stream_));
+  }
+  GemmShape s;  // dW[OC,C] += dout[N,OC]ᵀ · inp[N,C]
+  s.trans_b = true;
+  s.m = C;
+  s.n = OC;
+  s.k = N;
+  s.lda = C;
+  s.ldb = OC;
+  s.ldd = C;
+  s.accumulate = true;
+  Check(matmul_->Run(s, inp, dy, dweight, nullptr, nullptr, stream_));
+}
+
+void CudaBackend::AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
+                                   int NH) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE(C % NH == 0 && (C / NH == 64 || C / NH == 128),
+                  absl::StrCat("head size ", C / NH, " (attention supports 64 and 128)"));
+  Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B,
+                               T, C, NH, stream_),
+        "AttentionForward");
+}
+
+void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                    const void* out, const float* stats, int B, int T, int C,
+                                    int NH) {
+  if (!Ok()) return;
+  Check(cuda::AttentionBackward(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
+                                stats, B, T, C, NH, scratch_, stream_),
+        "AttentionBackward");
+}
+
+void CudaBackend::ResidualForward(void* out, const void* a, const void* b, size_t n) {
+  if (!Ok()) return;
+  Check(cuda::ResidualForward(static_cast<bf16*>(out), static_cast<const bf16*>(a),
+                              static_cast<const bf16*>(b), n, stream_),
+        "ResidualForward");
+}
+
+void CudaBackend::SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N,
+                                      int V, int Vp, float dloss) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE(Vp % 8 == 0, absl::StrCat("padded vocab ", Vp, " is not a multiple of 8"));
+  Check(cuda::SoftmaxCrossEntropy(losses, static_cast<bf16*>(logits), targets, N, V, Vp, dloss,
+                                  stream_),
+        "SoftmaxCrossEntropy");
+}
+
+void CudaBackend::NormSquared(float* out, const void* x, size_t n) {
+  if (!Ok()) return;
+  Check(cuda::NormSquared(out, static_cast<const bf16*>(x), n, scratch_, stream_), "NormSquared");
+}
+
+void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, void* v,
+                        const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
+                        float eps, float weight_decay, int t, float grad_scale,
+                        const float* norm_sq, float max_norm) {
+  if (!Ok()) return;
+  Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
+                    static_cast<const bf16*>(grads), static_cast<float*>(m),
+                    static_cast<float*>(v), decay_mask, n, lr, beta1, beta2, eps, weight_decay,
+                    t, grad_scale, norm_sq, max_norm, stream_),
+        "AdamW");
+}
+
+void CudaBackend::Argmax(int32_t* out, const void* logits, int N, int V, int Vp) {
+  if (!Ok()) return;
+  Check(cuda::Argmax(out, static_cast<const bf16*>(logits), N, V, Vp, stream_), "Argmax");
+}
+
+Scratch::~Scratch() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+void* Scratch::Get(size_t bytes) {
+  if (bytes <= bytes_) return ptr_;
+  if (ptr_) cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+  err_ = cudaMalloc(&ptr_, bytes);
+  if (err_ != cudaSuccess) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    return nullptr;
+  }
+  bytes_ = bytes;
+  return ptr_;
+}
+
+}  // namespace boulder::kernels::cuda

@@ -1,0 +1,94 @@
+// The CUDA backend: BF16 activations, weights and gradients, FP32 master weights and AdamW
+// moments, fused kernels (kernels/cuda/*.cu) and cuBLASLt GEMMs on one stream.
+//
+// Errors: ops are void (they enqueue work); the first failed launch or cuBLASLt call is kept
+// as a sticky status and returned by Synchronize(), after which further ops are skipped.
+// Not thread-safe: one thread drives a backend.
+#ifndef BOULDER_KERNELS_CUDA_CUDA_BACKEND_H_
+#define BOULDER_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/ops.h"
+
+namespace boulder::kernels::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  // FAILED_PRECONDITION when `device` does not exist or has compute capability below 8.0.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  DType compute_dtype() const override { return DType::kBF16; }
+  DType state_dtype() const override { return DType::kF32; }
+  const std::string& device_name() const { return device_name_; }
+  cudaStream_t stream() const { return stream_; }
+
+  absl::StatusOr<void*> Alloc(size_t bytes) override;
+  void Free(void* ptr) override;
+  void Memset0(void* ptr, size_t bytes) override;
+  void CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) override;
+  void CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) override;
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  absl::Status Synchronize() override;
+  MemoryStats GetMemoryStats() const override;
+
+  void EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                      int T, int C) override;
+  void EncoderBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
+                       int T, int C) override;
+  void LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                        const void* bias, int N, int C) override;
+  void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
+                         const void* inp, const void* weight, const float* mean,
+                         const float* rstd, int N, int C) override;
+  void MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                     const void* bias, int N, int C, int OC, Epilogue epilogue) override;
+  void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
+                      const void* inp, const void* weight, int N, int C, int OC) override;
+  void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
+                        int NH) override;
+  void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                         const float* stats, int B, int T, int C, int NH) override;
+  void ResidualForward(void* out, const void* a, const void* b, size_t n) override;
+  void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
+                           int Vp, float dloss) override;
+  void NormSquared(float* out, const void* x, size_t n) override;
+  void AdamW(void* params, void* master, const void* grads, void* m, void* v,
+             const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int t, float grad_scale, const float* norm_sq,
+             float max_norm) override;
+  void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
+
+ private:
+  CudaBackend() = default;
+  // Records the first failure; true when the op may proceed.
+  bool Ok() const { return sticky_.ok(); }
+  void Check(cudaError_t err, const char* what);
+  void Check(const absl::Status& s);
+  void Fail(absl::Status s);
+
+  int device_ = 0;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LtMatmul> matmul_;
+  Scratch scratch_;
+  absl::Status sticky_;
+  absl::flat_hash_map<void*, size_t> allocations_;
+  int64_t allocated_ = 0, peak_ = 0;
+  int64_t device_total_ = 0;
+};
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,298 @@
+// Every CUDA op against the CPU reference backend on fresh random inputs (rounded to BF16 so
+// both backends see the same values), outputs poisoned with NaN first so unwritten elements
+// fail. Tolerance: relative L2 error (‖cuda − cpu‖ / ‖cpu‖) below 1e-2 for BF16 outputs of
+// FP32-accumulated ops (2e-2 for gradients that pass through two BF16 roundings).
+// Skips, saying so, when no CUDA device is present.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+float RoundBF16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  x &= 0xffff0000u;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = RoundBF16(d(rng));
+  return v;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// A buffer on both backends, uploaded from the same host values.
+struct Pair {
+  Backend* cpu;
+  Backend* gpu;
+  size_t n;
+  DType gdt;
+  void* c = nullptr;
+  void* g = nullptr;
+  Pair(Backend* cpu_, Backend* gpu_, size_t n_, DType gdt_ = DType::kBF16)
+      : cpu(cpu_), gpu(gpu_), n(n_), gdt(gdt_) {
+    c = *cpu->Alloc(n * 4);
+    g = *gpu->Alloc(n * DTypeSize(gdt));
+    Poison();
+  }
+  ~Pair() {
+    cpu->Free(c);
+    gpu->Free(g);
+  }
+  void Set(const std::vector<float>& v) {
+    cpu->CopyFromHostF32(c, DType::kF32, v.data(), n);
+    gpu->CopyFromHostF32(g, gdt, v.data(), n);
+  }
+  void Poison() {
+    std::vector<float> nan(n, NAN);
+    cpu->CopyFromHostF32(c, DType::kF32, nan.data(), n);
+    gpu->CopyFromHostF32(g, gdt, nan.data(), n);
+  }
+  std::vector<float> Cpu() {
+    std::vector<float> v(n);
+    cpu->CopyToHostF32(v.data(), c, DType::kF32, n);
+    return v;
+  }
+  std::vector<float> Gpu() {
+    std::vector<float> v(n);
+    gpu->CopyToHostF32(v.data(), g, gdt, n);
+    return v;
+  }
+  float* cf() { return static_cast<float*>(c); }
+  float* gf() { return static_cast<float*>(g); }
+};
+
+// Integer tokens on both backends.
+struct Tokens {
+  Backend* cpu;
+  Backend* gpu;
+  int32_t* c;
+  int32_t* g;
+  Tokens(Backend* cpu_, Backend* gpu_, const std::vector<int32_t>& v) : cpu(cpu_), gpu(gpu_) {
+    c = static_cast<int32_t*>(*cpu->Alloc(v.size() * 4));
+    g = static_cast<int32_t*>(*gpu->Alloc(v.size() * 4));
+    cpu->CopyFromHost(c, v.data(), v.size() * 4);
+    gpu->CopyFromHost(g, v.data(), v.size() * 4);
+  }
+  ~Tokens() {
+    cpu->Free(c);
+    gpu->Free(g);
+  }
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = CudaBackend::Create(0);
+    if (!b.ok()) GTEST_SKIP() << "no usable CUDA device: " << b.status().message();
+    gpu_ = std::move(*b);
+    cpu_ = NewCpuBackend(2);
+    rng_.seed(::testing::UnitTest::GetInstance()->random_seed() + 17);
+  }
+  void TearDown() override {
+    if (gpu_) ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+  }
+  void ExpectClose(Pair& p, double tol, const char* what) {
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+    double e = RelErr(p.Gpu(), p.Cpu());
+    EXPECT_LT(e, tol) << what;
+  }
+  std::unique_ptr<CudaBackend> gpu_;
+  std::unique_ptr<Backend> cpu_;
+  std::mt19937 rng_;
+};
+
+TEST_F(CudaOpsTest, Encoder) {
+  const int B = 4, T = 64, C = 64, V = 96;
+  std::vector<int32_t> tok(B * T);
+  for (auto& t : tok) t = rng_() % 20;  // many repeats: exercises the run summation
+  Tokens tokens(cpu_.get(), gpu_.get(), tok);
+  Pair wte(cpu_.get(), gpu_.get(), V * C), wpe(cpu_.get(), gpu_.get(), T * C),
+      out(cpu_.get(), gpu_.get(), B * T * C);
+  wte.Set(Random(V * C, rng_));
+  wpe.Set(Random(T * C, rng_));
+  cpu_->EncoderForward(out.c, tokens.c, wte.c, wpe.c, B, T, C);
+  gpu_->EncoderForward(out.g, tokens.g, wte.g, wpe.g, B, T, C);
+  ExpectClose(out, 1e-2, "encoder forward");
+  Pair dout(cpu_.get(), gpu_.get(), B * T * C);
+  dout.Set(Random(B * T * C, rng_));
+  wte.Set(Random(V * C, rng_));  // gradients accumulate into existing values
+  wpe.Set(Random(T * C, rng_));
+  cpu_->EncoderBackward(wte.c, wpe.c, dout.c, tokens.c, B, T, C);
+  gpu_->EncoderBackward(wte.g, wpe.g, dout.g, tokens.g, B, T, C);
+  ExpectClose(wte, 1e-2, "dwte");
+  ExpectClose(wpe, 1e-2, "dwpe");
+}
+
+TEST_F(CudaOpsTest, LayerNorm) {
+  const int N = 300, C = 768;
+  Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), C),
+      b(cpu_.get(), gpu_.get(), C), out(cpu_.get(), gpu_.get(), N * C);
+  Pair mean(cpu_.get(), gpu_.get(), N, DType::kF32), rstd(cpu_.get(), gpu_.get(), N, DType::kF32);
+  inp.Set(Random(N * C, rng_, 2.f));
+  w.Set(Random(C, rng_));
+  b.Set(Random(C, rng_));
+  cpu_->LayerNormForward(out.c, mean.cf(), rstd.cf(), inp.c, w.c, b.c, N, C);
+  gpu_->LayerNormForward(out.g, mean.gf(), rstd.gf(), inp.g, w.g, b.g, N, C);
+  ExpectClose(out, 1e-2, "layernorm out");
+  ExpectClose(mean, 1e-4, "mean");
+  ExpectClose(rstd, 1e-4, "rstd");
+  Pair dout(cpu_.get(), gpu_.get(), N * C), dinp(cpu_.get(), gpu_.get(), N * C),
+      dw(cpu_.get(), gpu_.get(), C), db(cpu_.get(), gpu_.get(), C);
+  dout.Set(Random(N * C, rng_));
+  dinp.Set(Random(N * C, rng_));
+  dw.Set(Random(C, rng_));
+  db.Set(Random(C, rng_));
+  cpu_->LayerNormBackward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.cf(), rstd.cf(), N, C);
+  gpu_->LayerNormBackward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.gf(), rstd.gf(), N, C);
+  ExpectClose(dinp, 2e-2, "layernorm dinp");
+  ExpectClose(dw, 2e-2, "layernorm dweight");
+  ExpectClose(db, 2e-2, "layernorm dbias");
+}
+
+TEST_F(CudaOpsTest, MatmulWithEpilogues) {
+  const int N = 256, C = 128, OC = 384;
+  for (Epilogue ep : {Epilogue::kNone, Epilogue::kGelu}) {
+    Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), OC * C),
+        bias(cpu_.get(), gpu_.get(), OC), out(cpu_.get(), gpu_.get(), N * OC),
+        pre(cpu_.get(), gpu_.get(), N * OC);
+    inp.Set(Random(N * C, rng_));
+    w.Set(Random(OC * C, rng_, 0.1f));
+    bias.Set(Random(OC, rng_));
+    bool gelu = ep == Epilogue::kGelu;
+    cpu_->MatmulForward(out.c, gelu ? pre.c : nullptr, inp.c, w.c, bias.c, N, C, OC, ep);
+    gpu_->MatmulForward(out.g, gelu ? pre.g : nullptr, inp.g, w.g, bias.g, N, C, OC, ep);
+    ExpectClose(out, 1e-2, gelu ? "gelu out" : "matmul out");
+    if (gelu) ExpectClose(pre, 1e-2, "pre-gelu");
+    Pair dout(cpu_.get(), gpu_.get(), N * OC), dinp(cpu_.get(), gpu_.get(), N * C),
+        dw(cpu_.get(), gpu_.get(), OC * C), db(cpu_.get(), gpu_.get(), OC);
+    dout.Set(Random(N * OC, rng_));
+    dw.Set(Random(OC * C, rng_));
+    db.Set(Random(OC, rng_));
+    cpu_->MatmulBackward(dinp.c, dw.c, db.c, dout.c, gelu ? pre.c : nullptr, inp.c, w.c, N, C, OC);
+    gpu_->MatmulBackward(dinp.g, dw.g, db.g, dout.g, gelu ? pre.g : nullptr, inp.g, w.g, N, C, OC);
+    ExpectClose(dinp, 2e-2, "dinp");
+    ExpectClose(dw, 2e-2, "dweight");
+    ExpectClose(db, 2e-2, "dbias");
+  }
+}
+
+void AttentionCase(Backend* cpu, Backend* gpu, std::mt19937& rng, int B, int T, int NH, int HS) {
+  const int C = NH * HS;
+  Pair qkv(cpu, gpu, size_t(B) * T * 3 * C), out(cpu, gpu, size_t(B) * T * C),
+      stats(cpu, gpu, size_t(B) * NH * T, DType::kF32);
+  qkv.Set(Random(qkv.n, rng));
+  cpu->AttentionForward(out.c, stats.cf(), qkv.c, B, T, C, NH);
+  gpu->AttentionForward(out.g, stats.gf(), qkv.g, B, T, C, NH);
+  ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->Synchronize();
+  EXPECT_LT(RelErr(out.Gpu(), out.Cpu()), 1e-2) << "attention out T=" << T << " HS=" << HS;
+  EXPECT_LT(RelErr(stats.Gpu(), stats.Cpu()), 1e-3) << "attention stats";
+  Pair dout(cpu, gpu, out.n), dqkv(cpu, gpu, qkv.n);
+  dout.Set(Random(dout.n, rng));
+  cpu->AttentionBackward(dqkv.c, dout.c, qkv.c, out.c, stats.cf(), B, T, C, NH);
+  gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
+  ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->Synchronize();
+  std::vector<float> first = dqkv.Gpu();
+  EXPECT_LT(RelErr(first, dqkv.Cpu()), 2e-2) << "attention dqkv T=" << T << " HS=" << HS;
+  // Deterministic: the same inputs give bit-identical gradients.
+  gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
+  ASSERT_TRUE(gpu->Synchronize().ok());
+  EXPECT_EQ(0, std::memcmp(first.data(), dqkv.Gpu().data(), first.size() * 4));
+}
+
+TEST_F(CudaOpsTest, AttentionHead64) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, 200, 3, 64); }
+TEST_F(CudaOpsTest, AttentionHead128) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, 130, 2, 128); }
+TEST_F(CudaOpsTest, AttentionOneTile) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 64, 1, 64); }
+
+TEST_F(CudaOpsTest, SoftmaxCrossEntropyWithPadding) {
+  for (auto [V, Vp] : {std::pair{96, 128}, std::pair{1000, 1024}}) {
+    const int N = 70;
+    Pair logits(cpu_.get(), gpu_.get(), N * Vp), losses(cpu_.get(), gpu_.get(), N, DType::kF32);
+    logits.Set(Random(N * Vp, rng_, 3.f));
+    std::vector<int32_t> t(N);
+    for (auto& x : t) x = rng_() % V;
+    Tokens targets(cpu_.get(), gpu_.get(), t);
+    cpu_->SoftmaxCrossEntropy(losses.cf(), logits.c, targets.c, N, V, Vp, 1.f / N);
+    gpu_->SoftmaxCrossEntropy(losses.gf(), logits.g, targets.g, N, V, Vp, 1.f / N);
+    ExpectClose(losses, 1e-3, "losses");
+    ExpectClose(logits, 1e-2, "dlogits");
+    std::vector<float> g = logits.Gpu();
+    for (int i = 0; i < N; ++i)
+      for (int j = V; j < Vp; ++j) ASSERT_EQ(g[size_t(i) * Vp + j], 0.f);
+  }
+}
+
+TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
+  const size_t n = 100003;
+  Pair grads(cpu_.get(), gpu_.get(), n), ns(cpu_.get(), gpu_.get(), 1, DType::kF32);
+  grads.Set(Random(n, rng_, 0.01f));
+  cpu_->NormSquared(ns.cf(), grads.c, n);
+  gpu_->NormSquared(ns.gf(), grads.g, n);
+  ExpectClose(ns, 1e-5, "norm squared");
+
+  std::vector<float> p0 = Random(n, rng_);
+  Pair params(cpu_.get(), gpu_.get(), n), master(cpu_.get(), gpu_.get(), n, DType::kF32),
+      m(cpu_.get(), gpu_.get(), n, DType::kF32), v(cpu_.get(), gpu_.get(), n, DType::kF32);
+  params.Set(p0);
+  master.Set(p0);
+  std::vector<float> zeros(n, 0.f);
+  m.Set(zeros);
+  v.Set(zeros);
+  for (int t = 1; t <= 3; ++t) {
+    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                0.1f, t, 1.f, ns.cf(), 0.5f);
+    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                0.1f, t, 1.f, ns.gf(), 0.5f);
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  // FP32 master weights on the GPU against the CPU's FP32 parameters.
+  std::vector<float> want = params.Cpu(), got = master.Gpu();
+  double err = 0;
+  for (size_t i = 0; i < n; ++i) err = std::max(err, double(std::fabs(got[i] - want[i])));
+  EXPECT_LT(err, 1e-5);
+  ExpectClose(params, 1e-2, "bf16 working weights");
+
+  const int N = 33, V = 96, Vp = 128;
+  Pair logits(cpu_.get(), gpu_.get(), N * Vp);
+  logits.Set(Random(N * Vp, rng_));
+  std::vector<int32_t> zero(N, -1);
+  Tokens am(cpu_.get(), gpu_.get(), zero);
+  cpu_->Argmax(am.c, logits.c, N, V, Vp);
+  gpu_->Argmax(am.g, logits.g, N, V, Vp);
+  std::vector<int32_t> a(N), b(N);
+  cpu_->CopyToHost(a.data(), am.c, N * 4);
+  gpu_->CopyToHost(b.data(), am.g, N * 4);
+  EXPECT_EQ(a, b);
+
+  Pair x(cpu_.get(), gpu_.get(), 1001), y(cpu_.get(), gpu_.get(), 1001),
+      s(cpu_.get(), gpu_.get(), 1001);
+  x.Set(Random(1001, rng_));
+  y.Set(Random(1001, rng_));
+  cpu_->ResidualForward(s.c, x.c, y.c, 1001);
+  gpu_->ResidualForward(s.g, x.g, y.g, 1001);
+  ExpectClose(s, 1e-2, "residual");
+}
+
+}  // namespace
+}  // namespace boulder::kernels::cuda

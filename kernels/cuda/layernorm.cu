@@ -1,0 +1,139 @@
+// LayerNorm forward and backward over rows of C channels (eps 1e-5, as GPT-2 and PyTorch).
+//
+// Forward: one warp per row; mean and variance in FP32 from two passes over the row (the
+// second and third reads hit L1/L2), out = (x - mean) * rstd * w + b in BF16; mean and rstd
+// saved in FP32.
+// Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
+// stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
+// dout * xhat and dout over the rows (see reduce.cu).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;
+
+__global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out,
+                                       const bf16* inp, const bf16* w, const bf16* b, int N,
+                                       int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const bf16* x = inp + size_t(row) * C;
+  float sum = 0.f;
+  for (int c = lane * 8; c < C; c += 256) {
+    Bf16x8 v = Load8(x + c);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sum += __bfloat162float(v.v[k]);
+  }
+  float mean = WarpSum(sum) / C;
+  float var = 0.f;
+  for (int c = lane * 8; c < C; c += 256) {
+    Bf16x8 v = Load8(x + c);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float d = __bfloat162float(v.v[k]) - mean;
+      var += d * d;
+    }
+  }
+  float rstd = rsqrtf(WarpSum(var) / C + kEps);
+  bf16* o = out + size_t(row) * C;
+  for (int c = lane * 8; c < C; c += 256) {
+    Bf16x8 v = Load8(x + c), wv = Load8(w + c), bv = Load8(b + c), r;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float n = (__bfloat162float(v.v[k]) - mean) * rstd;
+      r.v[k] = __float2bfloat16(n * __bfloat162float(wv.v[k]) + __bfloat162float(bv.v[k]));
+    }
+    Store8(o + c, r);
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+__global__ void LayerNormBackwardInputKernel(bf16* dinp, const bf16* dout, const bf16* inp,
+                                             const bf16* w, const float* mean_in,
+                                             const float* rstd_in, int N, int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const bf16* x = inp + size_t(row) * C;
+  const bf16* dy = dout + size_t(row) * C;
+  float mean = mean_in[row], rstd = rstd_in[row];
+  float s1 = 0.f, s2 = 0.f;
+  for (int c = lane * 8; c < C; c += 256) {
+    Bf16x8 xv = Load8(x + c), dv = Load8(dy + c), wv = Load8(w + c);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dv.v[k]);
+      float xh = (__bfloat162float(xv.v[k]) - mean) * rstd;
+      s1 += dn;
+      s2 += dn * xh;
+    }
+  }
+  float dn_mean = WarpSum(s1) / C, dn_xh_mean = WarpSum(s2) / C;
+  bf16* dx = dinp + size_t(row) * C;
+  for (int c = lane * 8; c < C; c += 256) {
+    Bf16x8 xv = Load8(x + c), dv = Load8(dy + c), wv = Load8(w + c), gv = Load8(dx + c), r;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dv.v[k]);
+      float xh = (__bfloat162float(xv.v[k]) - mean) * rstd;
+      float g = (dn - dn_mean - xh * dn_xh_mean) * rstd;
+      r.v[k] = __float2bfloat16(__bfloat162float(gv.v[k]) + g);
+    }
+    Store8(dx + c, r);
+  }
+}
+
+// partial[chunk][c] = Σ dout·xhat, partial[chunks + chunk][c] = Σ dout over the chunk's rows.
+__global__ void LayerNormParamPartialKernel(float* partial, const bf16* dout, const bf16* inp,
+                                            const float* mean, const float* rstd, int N, int C,
+                                            int rows_per, int chunks) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int chunk = blockIdx.y;
+  if (c >= C) return;
+  int r0 = chunk * rows_per, r1 = min(N, r0 + rows_per);
+  float dw = 0.f, db = 0.f;
+  for (int r = r0; r < r1; ++r) {
+    float d = __bfloat162float(dout[size_t(r) * C + c]);
+    float xh = (__bfloat162float(inp[size_t(r) * C + c]) - mean[r]) * rstd[r];
+    dw += d * xh;
+    db += d;
+  }
+  partial[size_t(chunk) * C + c] = dw;
+  partial[size_t(chunks + chunk) * C + c] = db;
+}
+
+}  // namespace
+
+cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                             const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
+  LayerNormForwardKernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+  return cudaGetLastError();
+}
+
+cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                              const bf16* inp, const bf16* weight, const float* mean,
+                              const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s) {
+  int chunks = ColumnChunks(N);
+  int rows_per = (N + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(scratch.Get(sizeof(float) * 2 * size_t(chunks) * C));
+  if (!partial) return scratch.last_error();
+  LayerNormParamPartialKernel<<<dim3(CeilDiv(C, 128), chunks), 128, 0, s>>>(
+      partial, dout, inp, mean, rstd, N, C, rows_per, chunks);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
+  if ((err = ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s)) != cudaSuccess)
+    return err;
+  LayerNormBackwardInputKernel<<<CeilDiv(N, 8), 256, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
+                                                             N, C);
+  return cudaGetLastError();
+}
+
+}  // namespace boulder::kernels::cuda

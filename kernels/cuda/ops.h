@@ -1,0 +1,87 @@
+// Launchers of the CUDA kernels behind CudaBackend. Each takes an explicit stream, checks the
+// launch and returns its error (cudaSuccess otherwise); none synchronises. Activations and
+// weights are BF16, reductions accumulate in FP32. Shapes as in kernels/backend.h.
+//
+// Scratch: launchers that need temporary device memory take it from a Scratch the caller
+// owns; it grows before first use, so a step's second run (and a CUDA-graph capture of it)
+// allocates nothing.
+#ifndef BOULDER_KERNELS_CUDA_OPS_H_
+#define BOULDER_KERNELS_CUDA_OPS_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace boulder::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// A growable device buffer for temporaries. Not thread-safe.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch();
+  // Returns at least `bytes` of device memory, reallocating (and losing the contents) if the
+  // current buffer is smaller. Null on allocation failure (see last_error()).
+  void* Get(size_t bytes);
+  size_t capacity() const { return bytes_; }
+  cudaError_t last_error() const { return err_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  cudaError_t err_ = cudaSuccess;
+};
+
+// ---- elementwise.cu ----
+cudaError_t EncoderForward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+                           int B, int T, int C, cudaStream_t s);
+cudaError_t ResidualForward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t s);
+cudaError_t F32ToBF16(bf16* out, const float* in, size_t n, cudaStream_t s);
+cudaError_t BF16ToF32(float* out, const bf16* in, size_t n, cudaStream_t s);
+cudaError_t Argmax(int32_t* out, const bf16* logits, int N, int V, int Vp, cudaStream_t s);
+// dpre = dout * gelu_tanh'(pre), in place over dout (n elements).
+cudaError_t GeluBackwardInPlace(bf16* dout, const bf16* pre, size_t n, cudaStream_t s);
+
+// ---- encoder_backward.cu ---- deterministic: tokens sorted (stable), rows summed in order.
+cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens,
+                            int B, int T, int C, Scratch& scratch, cudaStream_t s);
+
+// ---- layernorm.cu ----
+cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
+                             const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s);
+cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
+                              const bf16* inp, const bf16* weight, const float* mean,
+                              const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);
+
+// ---- reduce.cu ----
+// dbias[c] += Σ_rows x[r, c], deterministic two-stage column sum (x is [N, C]).
+cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratch& scratch,
+                                cudaStream_t s);
+// *out = Σ x², deterministic (fixed grid, fixed-order final sum).
+cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s);
+
+// ---- crossentropy.cu ----
+cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targets, int N,
+                                int V, int Vp, float dloss, cudaStream_t s);
+
+// ---- adamw.cu ----
+cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
+                  const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
+                  float max_norm, cudaStream_t s);
+
+// ---- attention.cu ---- causal flash attention, head size 64 or 128.
+cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
+                             int NH, cudaStream_t s);
+cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
+                              const float* stats, int B, int T, int C, int NH, Scratch& scratch,
+                              cudaStream_t s);
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_OPS_H_

@@ -1,0 +1,100 @@
+// Deterministic reductions: column sums over rows (bias gradients, LayerNorm weight/bias
+// gradients) and the global sum of squares (gradient norm).
+//
+// Determinism without atomics: stage 1 splits the rows into a fixed number of chunks (a
+// function of the shape only, never of the device) and each thread sums one column of one
+// chunk in row order into a partial; stage 2 sums the partials of each column in chunk order.
+// Parameter gradients accumulate (+=) into BF16.
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+__global__ void ColumnPartialKernel(float* partial, const bf16* x, int N, int C, int rows_per) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int chunk = blockIdx.y;
+  if (c >= C) return;
+  int r0 = chunk * rows_per, r1 = min(N, r0 + rows_per);
+  float acc = 0.f;
+  for (int r = r0; r < r1; ++r) acc += __bfloat162float(x[size_t(r) * C + c]);
+  partial[size_t(chunk) * C + c] = acc;
+}
+
+__global__ void ColumnFinishKernel(bf16* out, const float* partial, int chunks, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.f;
+  for (int k = 0; k < chunks; ++k) acc += partial[size_t(k) * C + c];
+  out[c] = __float2bfloat16(__bfloat162float(out[c]) + acc);
+}
+
+constexpr int kNormBlocks = 1024;
+
+__global__ void SumSquaresPartialKernel(float* partial, const bf16* x, size_t n) {
+  float acc = 0.f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float v = __bfloat162float(x[i]);
+    acc += v * v;
+  }
+  __shared__ float warp_sums[32];
+  acc = WarpSum(acc);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) partial[blockIdx.x] = v;
+  }
+}
+
+__global__ void SumFinishKernel(float* out, const float* partial, int n) {
+  __shared__ float warp_sums[32];
+  float acc = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = WarpSum(acc);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) *out = v;
+  }
+}
+
+}  // namespace
+
+int ColumnChunks(int N) { return std::max(1, std::min(256, (N + 63) / 64)); }
+
+cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cudaStream_t s) {
+  ColumnFinishKernel<<<CeilDiv(C, 256), 256, 0, s>>>(out, partial, chunks, C);
+  return cudaGetLastError();
+}
+
+cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratch& scratch,
+                                cudaStream_t s) {
+  int chunks = ColumnChunks(N);
+  int rows_per = (N + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(chunks) * C));
+  if (!partial) return scratch.last_error();
+  ColumnPartialKernel<<<dim3(CeilDiv(C, 128), chunks), 128, 0, s>>>(partial, x, N, C, rows_per);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  return ColumnFinish(dbias, partial, chunks, C, s);
+}
+
+cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s) {
+  float* partial = static_cast<float*>(scratch.Get(sizeof(float) * kNormBlocks));
+  if (!partial) return scratch.last_error();
+  SumSquaresPartialKernel<<<kNormBlocks, 256, 0, s>>>(partial, x, n);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  SumFinishKernel<<<1, 1024, 0, s>>>(out, partial, kNormBlocks);
+  return cudaGetLastError();
+}
+
+}  // namespace boulder::kernels::cuda
