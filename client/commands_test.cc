@@ -1,0 +1,548 @@
+// The commands against an in-process fake coordinator (JobService and WorkerService on
+// 127.0.0.1, gRPC callback API), and against an address where nothing listens.
+#include "client/commands.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace boulder::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Serves scripted events: each WatchJob call replays `events` after the requested seq; the
+// first `fail_calls` calls end with UNAVAILABLE after `fail_after_events` events.
+class FakeJobService final : public v1::JobService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    submits.push_back(*request);
+    *response->mutable_job() = job;
+    response->mutable_job()->set_state(v1::QUEUED);
+    return Done(context, submit_status);
+  }
+
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (request->job_id() != job.id()) {
+      return Done(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                        absl::StrCat("job ", request->job_id(), " not found")));
+    }
+    *response = job;
+    return Done(context, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    list_requests.push_back(*request);
+    *response->add_jobs() = job;
+    return Done(context, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::Job* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    cancelled.push_back(request->job_id());
+    *response = job;
+    response->set_state(v1::CANCELLED);
+    return Done(context, grpc::Status::OK);
+  }
+
+  grpc::ServerUnaryReactor* GetJobLogs(grpc::CallbackServerContext* context,
+                                       const v1::GetJobLogsRequest* request,
+                                       v1::GetJobLogsResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const v1::JobEvent& e : events) {
+      if (e.has_log()) *response->add_lines() = e.log();
+    }
+    return Done(context, grpc::Status::OK);
+  }
+
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override {
+    std::lock_guard<std::mutex> lock(mu);
+    watch_after_seqs.push_back(request->after_seq());
+    std::vector<v1::JobEvent> to_send;
+    for (const v1::JobEvent& e : events) {
+      if (e.seq() > request->after_seq()) to_send.push_back(e);
+    }
+    grpc::Status end = grpc::Status::OK;
+    if (fail_calls > 0) {
+      --fail_calls;
+      if (to_send.size() > fail_after_events) to_send.resize(fail_after_events);
+      end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "Connection reset by peer");
+    }
+    return new EventWriter(std::move(to_send), end);
+  }
+
+  std::mutex mu;
+  v1::Job job;
+  std::vector<v1::JobEvent> events;
+  grpc::Status submit_status;
+  int fail_calls = 0;
+  size_t fail_after_events = 0;
+  std::vector<v1::SubmitJobRequest> submits;
+  std::vector<v1::ListJobsRequest> list_requests;
+  std::vector<int64_t> cancelled;
+  std::vector<int64_t> watch_after_seqs;
+
+ private:
+  // Writes its events one at a time (each kept alive until written), then finishes once.
+  class EventWriter final : public grpc::ServerWriteReactor<v1::JobEvent> {
+   public:
+    EventWriter(std::vector<v1::JobEvent> events, grpc::Status end)
+        : events_(std::move(events)), end_(std::move(end)) {
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        FinishOnce(grpc::Status::CANCELLED);
+        return;
+      }
+      Next();
+    }
+    void OnCancel() override {}
+    void OnDone() override { delete this; }
+
+   private:
+    void Next() {
+      if (next_ == events_.size()) {
+        FinishOnce(end_);
+        return;
+      }
+      StartWrite(&events_[next_++]);
+    }
+    void FinishOnce(const grpc::Status& status) {
+      if (finished_) return;
+      finished_ = true;
+      Finish(status);
+    }
+    std::vector<v1::JobEvent> events_;
+    grpc::Status end_;
+    size_t next_ = 0;
+    bool finished_ = false;
+  };
+
+  static grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
+                                        const grpc::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+};
+
+class FakeWorkerService final : public v1::WorkerService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override {
+    v1::Worker* w = response->add_workers();
+    w->set_id("w-1");
+    w->mutable_capabilities()->set_backend("cpu");
+    w->mutable_capabilities()->set_cpu_cores(2);
+    w->set_state(v1::WORKER_BUSY);
+    w->set_job_id(7);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+v1::JobEvent StateEvent(int64_t seq, v1::JobState state, const std::string& message = "") {
+  v1::JobEvent e;
+  e.set_job_id(7);
+  e.set_seq(seq);
+  e.mutable_state_change()->set_state(state);
+  e.mutable_state_change()->set_message(message);
+  return e;
+}
+
+v1::JobEvent StepEvent(int64_t seq, int64_t step, int64_t total) {
+  v1::JobEvent e;
+  e.set_job_id(7);
+  e.set_seq(seq);
+  v1::StepReport* r = e.mutable_step();
+  r->set_step(step);
+  r->set_total_steps(total);
+  r->set_loss(4.0 / step);
+  r->set_lr(3e-4);
+  r->set_tokens_per_second(2048);
+  r->set_step_time_seconds(0.25);
+  return e;
+}
+
+v1::JobEvent LogEvent(int64_t seq, const std::string& text) {
+  v1::JobEvent e;
+  e.set_job_id(7);
+  e.set_seq(seq);
+  e.mutable_log()->set_text(text);
+  return e;
+}
+
+// A port on 127.0.0.1 that nothing listens on: bound by the kernel, then released.
+int UnusedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&jobs_);
+    builder.RegisterService(&workers_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    connect_.address = absl::StrCat("127.0.0.1:", port);
+
+    jobs_.job.set_id(7);
+    jobs_.job.set_name("minigpt");
+    jobs_.job.set_state(v1::SUCCEEDED);
+    jobs_.job.add_workers("w-1");
+    jobs_.job.mutable_spec()->set_name("minigpt");
+    jobs_.job.mutable_spec()->mutable_model()->set_vocab_size(96);
+    jobs_.job.mutable_latest_report()->set_step(100);
+    jobs_.job.mutable_latest_report()->set_total_steps(100);
+    jobs_.job.mutable_latest_report()->set_loss(0.04);
+
+    io_.out = &out_;
+    io_.err = &err_;
+    io_.clock = [] { return absl::FromUnixSeconds(1764667200); };
+    io_.zone = absl::UTCTimeZone();
+  }
+
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  // QUEUED, RUNNING, `steps` step reports, the generation, then `final_state`.
+  void ScriptRun(int steps, v1::JobState final_state, const std::string& message = "") {
+    int64_t seq = 0;
+    jobs_.events.push_back(StateEvent(++seq, v1::QUEUED));
+    // A coordinator's message that restates the worker is not repeated.
+    jobs_.events.push_back(StateEvent(++seq, v1::RUNNING, "running on w-1"));
+    for (int s = 1; s <= steps; ++s) jobs_.events.push_back(StepEvent(++seq, s, steps));
+    if (final_state == v1::SUCCEEDED) {
+      v1::JobEvent gen;
+      gen.set_job_id(7);
+      gen.set_seq(++seq);
+      for (int32_t t : {5, 9, 13, 17, 21}) gen.mutable_generation()->add_prompt(t);
+      for (int32_t t : {25, 29, 33}) gen.mutable_generation()->add_tokens(t);
+      jobs_.events.push_back(gen);
+    }
+    jobs_.events.push_back(StateEvent(++seq, final_state, message));
+  }
+
+  std::string WriteSpec(const std::string& contents) {
+    std::string path = ::testing::TempDir() + "/client_commands_test_spec.yaml";
+    std::ofstream(path, std::ios::binary) << contents;
+    return path;
+  }
+
+  FakeJobService jobs_;
+  FakeWorkerService workers_;
+  std::unique_ptr<grpc::Server> server_;
+  ConnectOptions connect_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+  Io io_;
+};
+
+constexpr char kSpec[] = "name: minigpt\nmodel:\n  preset: minigpt\ntraining:\n  steps: 200\n";
+
+TEST_F(CommandsTest, SubmitSendsTheYamlAndOverrides) {
+  SubmitOptions options;
+  options.file = WriteSpec(kSpec);
+  options.overrides = {"training.steps=50", "model.heads=4"};
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "job 7 submitted (minigpt, QUEUED)\n");
+  EXPECT_EQ(err_.str(), "");
+  ASSERT_EQ(jobs_.submits.size(), 1u);
+  EXPECT_EQ(jobs_.submits[0].spec_yaml(), kSpec);
+  EXPECT_THAT(jobs_.submits[0].overrides(), ElementsAre("training.steps=50", "model.heads=4"));
+}
+
+TEST_F(CommandsTest, SubmitQuietPrintsOnlyTheId) {
+  SubmitOptions options;
+  options.file = WriteSpec(kSpec);
+  options.quiet = true;
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "7\n");
+}
+
+TEST_F(CommandsTest, SubmitReportsTheInvalidFieldPath) {
+  jobs_.submit_status =
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "model.heads: 7 does not divide hidden 768");
+  SubmitOptions options;
+  options.file = WriteSpec(kSpec);
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitError);
+  EXPECT_EQ(err_.str(), "boulder: invalid spec: model.heads: 7 does not divide hidden 768\n");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(CommandsTest, SubmitRejectsMissingAndOversizedFilesWithoutCalling) {
+  SubmitOptions options;
+  options.file = ::testing::TempDir() + "/no_such_spec.yaml";
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitError);
+  EXPECT_EQ(err_.str(), "boulder: cannot read " + options.file + ": No such file or directory\n");
+
+  err_.str("");
+  options.file = WriteSpec(std::string((1 << 20) + 1, '#'));
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitError);
+  EXPECT_EQ(err_.str(),
+            "boulder: " + options.file + " is larger than 1.00 MiB, the most a job spec may be\n");
+
+  err_.str("");
+  options.file = WriteSpec(kSpec);
+  options.overrides = {"training.steps"};
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitUsage);
+  EXPECT_EQ(err_.str(), "boulder: --set: expected PATH=VALUE, got 'training.steps'\n");
+  EXPECT_TRUE(jobs_.submits.empty());
+}
+
+TEST_F(CommandsTest, SubmitFollowWatchesTheSubmittedJob) {
+  ScriptRun(4, v1::SUCCEEDED);
+  SubmitOptions options;
+  options.file = WriteSpec(kSpec);
+  options.follow = true;
+  EXPECT_EQ(RunSubmit(connect_, options, io_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("job 7 submitted (minigpt, QUEUED)\njob 7 QUEUED\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("job 7 SUCCEEDED\n"));
+}
+
+TEST_F(CommandsTest, GetJsonIsTheJobMessage) {
+  jobs_.job.mutable_generation()->add_prompt(5);
+  jobs_.job.mutable_generation()->add_tokens(9);
+  GetOptions options;
+  options.job_id = 7;
+  options.format = OutputFormat::kJson;
+  EXPECT_EQ(RunGet(connect_, options, io_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"state\": \"SUCCEEDED\""));
+  v1::Job parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &parsed).ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, jobs_.job));
+}
+
+TEST_F(CommandsTest, GetUnknownJobPrintsTheServerMessage) {
+  GetOptions options;
+  options.job_id = 99;
+  EXPECT_EQ(RunGet(connect_, options, io_), kExitError);
+  EXPECT_EQ(err_.str(), "boulder: job 99 not found\n");
+}
+
+TEST_F(CommandsTest, WatchPlainOutputIsThrottledAndEndsWithTheGeneration) {
+  ScriptRun(100, v1::SUCCEEDED);
+  WatchOptions options;
+  options.job_id = 7;
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitOk);
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("job 7 QUEUED\njob 7 RUNNING on worker w-1\n"));
+  // The clock stands still: the first step, then every 10% of the run, then the last.
+  std::vector<std::string> step_lines;
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (absl::StartsWith(line, "step ")) step_lines.emplace_back(line);
+  }
+  ASSERT_EQ(step_lines.size(), 11u) << out;
+  EXPECT_EQ(step_lines[0], "step 1/100 (1%)  loss 4.0000  lr 3.0e-04  2,048 tok/s  ETA 0:25");
+  EXPECT_EQ(step_lines[1].substr(0, 18), "step 11/100 (11%) ");
+  EXPECT_EQ(step_lines[10], "step 100/100 (100%)  loss 0.0400  lr 3.0e-04  2,048 tok/s  ETA 0:00");
+  EXPECT_THAT(out, HasSubstr("step 100/100 (100%)  loss 0.0400  lr 3.0e-04  2,048 tok/s  "
+                             "ETA 0:00\njob 7 SUCCEEDED\n"
+                             "prompt: 5 9 13 17 21  generated: 25 29 33 (constant stride 4)\n"));
+  EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CommandsTest, WatchOnATerminalRedrawsTheBarInPlace) {
+  ScriptRun(3, v1::SUCCEEDED);
+  io_.out_is_terminal = true;
+  io_.terminal_width = 100;
+  WatchOptions options;
+  options.job_id = 7;
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitOk);
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr("\r\033[Kstep 1/3 ["));
+  EXPECT_THAT(out, HasSubstr("\r\033[Kstep 3/3 [████████████████████████████████████████] "
+                             "loss 1.3333  lr 3.0e-04  2,048 tok/s  ETA 0:00\n"
+                             "job 7 SUCCEEDED\n"));
+  EXPECT_THAT(out, Not(HasSubstr("(100%)")));
+}
+
+TEST_F(CommandsTest, WatchExitCodeFollowsTheFinalState) {
+  ScriptRun(2, v1::FAILED, "trainer exited with code 1: loss is NaN");
+  WatchOptions options;
+  options.job_id = 7;
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitError);
+  EXPECT_THAT(out_.str(), HasSubstr("job 7 FAILED: trainer exited with code 1: loss is NaN\n"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("prompt:")));
+
+  jobs_.events.clear();
+  out_.str("");
+  ScriptRun(2, v1::CANCELLED, "cancelled by the user");
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitCancelled);
+  EXPECT_THAT(out_.str(), HasSubstr("step 2/2 (100%)"));
+  EXPECT_THAT(out_.str(), HasSubstr("job 7 CANCELLED: cancelled by the user\n"));
+}
+
+TEST_F(CommandsTest, WatchResumesAfterTheLastSeenEventWhenTheStreamBreaks) {
+  ScriptRun(5, v1::SUCCEEDED);
+  jobs_.fail_calls = 1;
+  jobs_.fail_after_events = 4;  // QUEUED, RUNNING, steps 1 and 2
+  WatchOptions options;
+  options.job_id = 7;
+  options.reconnect_timeout = absl::Seconds(20);
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitOk);
+  EXPECT_THAT(jobs_.watch_after_seqs, ElementsAre(0, 4));
+  EXPECT_EQ(err_.str(), "boulder: lost the coordinator at " + connect_.address +
+                            " (connection reset); reconnecting for up to 20 s\n");
+  // Every step exactly once, in order.
+  const std::string out = out_.str();
+  for (int s = 1; s <= 5; ++s) {
+    const std::string prefix = absl::StrCat("step ", s, "/5 ");
+    size_t first = out.find(prefix);
+    ASSERT_NE(first, std::string::npos) << prefix << "\n" << out;
+    EXPECT_EQ(out.find(prefix, first + 1), std::string::npos) << prefix << "\n" << out;
+  }
+  EXPECT_THAT(out, HasSubstr("job 7 SUCCEEDED\nprompt: 5 9 13 17 21  generated: 25 29 33"));
+}
+
+TEST_F(CommandsTest, WatchGivesUpWhenReconnectingFailsForTheTimeout) {
+  ScriptRun(5, v1::SUCCEEDED);
+  jobs_.fail_calls = 1000;
+  jobs_.fail_after_events = 0;
+  WatchOptions options;
+  options.job_id = 7;
+  options.reconnect_timeout = absl::Seconds(1);
+  EXPECT_EQ(RunWatch(connect_, options, io_), kExitError);
+  EXPECT_THAT(err_.str(), HasSubstr("boulder: lost the event stream of job 7 from the "
+                                    "coordinator at " +
+                                    connect_.address +
+                                    " (connection reset) and could not reconnect within 1 s\n"));
+}
+
+TEST_F(CommandsTest, JobsSendsTheStateFilterAndPrintsATable) {
+  JobsOptions options;
+  options.states = {"running", "Queued"};
+  EXPECT_EQ(RunJobs(connect_, options, io_), kExitOk);
+  ASSERT_EQ(jobs_.list_requests.size(), 1u);
+  EXPECT_THAT(jobs_.list_requests[0].states(), ElementsAre(v1::RUNNING, v1::QUEUED));
+  EXPECT_EQ(out_.str(),
+            "ID   NAME      STATE       STEP      LOSS     WORKERS   AGE\n"
+            "7    minigpt   SUCCEEDED   100/100   0.0400   w-1       -\n");
+}
+
+TEST_F(CommandsTest, JobsRejectsAnUnknownStateAsUsage) {
+  JobsOptions options;
+  options.states = {"finished"};
+  EXPECT_EQ(RunJobs(connect_, options, io_), kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("boulder: --state: unknown job state 'finished'"));
+  EXPECT_TRUE(jobs_.list_requests.empty());
+}
+
+TEST_F(CommandsTest, JobsJsonIsTheListJobsResponse) {
+  JobsOptions options;
+  options.format = OutputFormat::kJson;
+  EXPECT_EQ(RunJobs(connect_, options, io_), kExitOk);
+  v1::ListJobsResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_.str(), &parsed).ok());
+  ASSERT_EQ(parsed.jobs_size(), 1);
+  EXPECT_EQ(parsed.jobs(0).id(), 7);
+}
+
+TEST_F(CommandsTest, CancelPrintsTheNewState) {
+  CancelOptions options;
+  options.job_id = 7;
+  EXPECT_EQ(RunCancel(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "job 7 CANCELLED\n");
+  EXPECT_THAT(jobs_.cancelled, ElementsAre(7));
+}
+
+TEST_F(CommandsTest, LogsPrintsLinesAndFollows) {
+  ScriptRun(1, v1::SUCCEEDED);
+  jobs_.events.insert(jobs_.events.end() - 1, LogEvent(100, "step 1 done"));
+  jobs_.events.back().set_seq(101);
+  LogsOptions options;
+  options.job_id = 7;
+  EXPECT_EQ(RunLogs(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "step 1 done\n");
+  out_.str("");
+  options.follow = true;
+  EXPECT_EQ(RunLogs(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "step 1 done\n");
+}
+
+TEST_F(CommandsTest, WorkersTableAndJson) {
+  WorkersOptions options;
+  EXPECT_EQ(RunWorkers(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "ID    BACKEND   CORES   GPU   MEMORY   STATE   JOB   LAST-HEARTBEAT\n"
+            "w-1   cpu       2       -     -        BUSY    7     -\n");
+  out_.str("");
+  options.format = OutputFormat::kJson;
+  EXPECT_EQ(RunWorkers(connect_, options, io_), kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("\"state\": \"WORKER_BUSY\""));
+}
+
+TEST(UnreachableTest, OneLineNamingTheAddressAndTheFix) {
+  ConnectOptions connect;
+  connect.address = absl::StrCat("127.0.0.1:", UnusedPort());
+  std::ostringstream out, err;
+  Io io;
+  io.out = &out;
+  io.err = &err;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(RunJobs(connect, JobsOptions(), io), kExitError);
+  // A refused connection is reported at once, not after the connect timeout.
+  EXPECT_LT(absl::Now() - start, connect.connect_timeout);
+  EXPECT_EQ(err.str(), "boulder: cannot reach the coordinator at " + connect.address +
+                           " (connection refused); start one with boulder-coordinator or set "
+                           "--coordinator / BOULDER_COORDINATOR\n");
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST(UnreachableTest, MalformedAddressIsAUsageError) {
+  ConnectOptions connect;
+  connect.address = "localhost";
+  std::ostringstream out, err;
+  Io io;
+  io.out = &out;
+  io.err = &err;
+  EXPECT_EQ(RunWorkers(connect, WorkersOptions(), io), kExitUsage);
+  EXPECT_EQ(err.str(), "boulder: --coordinator: expected HOST:PORT, got 'localhost'\n");
+}
+
+}  // namespace
+}  // namespace boulder::client
