@@ -1,0 +1,348 @@
+#include "worker/engine/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace boulder::engine {
+namespace {
+
+using kernels::Epilogue;
+
+// Every arena sub-buffer starts on a 64-byte boundary (vector loads, cache lines).
+constexpr size_t kAlign = 64;
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+void* Advance(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
+
+}  // namespace
+
+Model::Model(kernels::Backend* backend, const ModelOptions& options)
+    : backend_(backend), options_(options), layout_(options.config) {}
+
+Model::~Model() {
+  for (void* p : allocations_) backend_->Free(p);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(kernels::Backend* backend,
+                                                     const ModelOptions& options) {
+  const ModelConfig& c = options.config;
+  if (c.vocab_size <= 0 || c.hidden <= 0 || c.heads <= 0 || c.layers <= 0 || c.ffn <= 0 ||
+      c.context <= 0) {
+    return absl::InvalidArgumentError("model: every dimension must be positive");
+  }
+  if (c.padded_vocab_size < c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: padded vocab ", c.padded_vocab_size, " < vocab ", c.vocab_size));
+  }
+  if (c.hidden % c.heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.heads: ", c.heads, " does not divide hidden ", c.hidden));
+  }
+  if (options.batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size: must be positive, got ", options.batch_size));
+  }
+  if (options.seq_len <= 0 || options.seq_len > c.context) {
+    return absl::InvalidArgumentError(absl::StrCat("training.seq_len: ", options.seq_len,
+                                                   " is not in [1, context ", c.context, "]"));
+  }
+  if (options.grad_accum_steps <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.grad_accum_steps: must be positive, got ", options.grad_accum_steps));
+  }
+  std::unique_ptr<Model> model(new Model(backend, options));
+  absl::Status s = model->Allocate();
+  if (!s.ok()) return s;
+  return model;
+}
+
+absl::Status Model::Allocate() {
+  const ModelConfig& c = options_.config;
+  elem_ = kernels::DTypeSize(backend_->compute_dtype());
+  state_elem_ = kernels::DTypeSize(backend_->state_dtype());
+  const size_t n = layout_.num_params();
+
+  auto alloc = [this](size_t bytes, auto** out) -> absl::Status {
+    absl::StatusOr<void*> p = backend_->Alloc(bytes);
+    if (!p.ok()) return p.status();
+    allocations_.push_back(*p);
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(*p);
+    return absl::OkStatus();
+  };
+  absl::Status s = alloc(n * elem_, &params_);
+  if (s.ok()) s = alloc(n * elem_, &grads_);
+  if (s.ok()) s = alloc(n * state_elem_, &m_);
+  if (s.ok()) s = alloc(n * state_elem_, &v_);
+  if (s.ok()) s = alloc(n, &decay_mask_);
+  if (s.ok() && backend_->state_dtype() != backend_->compute_dtype()) {
+    s = alloc(n * state_elem_, &master_);
+  }
+  if (!s.ok()) return s;
+
+  const std::vector<float> init = layout_.InitialValues(options_.seed);
+  backend_->CopyFromHostF32(params_, backend_->compute_dtype(), init.data(), n);
+  if (master_ != nullptr) {
+    backend_->CopyFromHostF32(master_, backend_->state_dtype(), init.data(), n);
+  }
+  backend_->Memset0(grads_, n * elem_);
+  backend_->Memset0(m_, n * state_elem_);
+  backend_->Memset0(v_, n * state_elem_);
+  const std::vector<uint8_t> mask = layout_.DecayMask();
+  backend_->CopyFromHost(decay_mask_, mask.data(), n);
+
+  // The arena: two passes over the same carving, the first to size it.
+  rows_ = std::max(options_.batch_size * options_.seq_len, c.context);
+  const size_t R = rows_, C = c.hidden, F = c.ffn, Vp = c.padded_vocab_size, NH = c.heads;
+  char* base = nullptr;
+  size_t used = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* out = base == nullptr ? nullptr : base + used;
+    used += AlignUp(bytes);
+    return out;
+  };
+  auto carve = [&]() {
+    used = 0;
+    act_.tokens = static_cast<int32_t*>(take(R * sizeof(int32_t)));
+    act_.targets = static_cast<int32_t*>(take(R * sizeof(int32_t)));
+    act_.encoded = take(R * C * elem_);
+    act_.layers.resize(c.layers);
+    for (LayerActs& la : act_.layers) {
+      la.ln1 = take(R * C * elem_);
+      la.ln1_mean = static_cast<float*>(take(R * sizeof(float)));
+      la.ln1_rstd = static_cast<float*>(take(R * sizeof(float)));
+      la.qkv = take(R * 3 * C * elem_);
+      la.atty = take(R * C * elem_);
+      la.att_stats = static_cast<float*>(take(R * NH * sizeof(float)));
+      la.residual2 = take(R * C * elem_);
+      la.ln2 = take(R * C * elem_);
+      la.ln2_mean = static_cast<float*>(take(R * sizeof(float)));
+      la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
+      la.fc_pre = take(R * F * elem_);
+      la.fc_gelu = take(R * F * elem_);
+      la.residual3 = take(R * C * elem_);
+    }
+    act_.lnf = take(R * C * elem_);
+    act_.lnf_mean = static_cast<float*>(take(R * sizeof(float)));
+    act_.lnf_rstd = static_cast<float*>(take(R * sizeof(float)));
+    act_.logits = take(R * Vp * elem_);
+    act_.losses = static_cast<float*>(take(R * sizeof(float)));
+    act_.scratch = take(R * C * elem_);
+    act_.dresidual = take(R * C * elem_);
+    act_.dln = take(R * C * elem_);
+    act_.datty = take(R * C * elem_);
+    act_.dqkv = take(R * 3 * C * elem_);
+    act_.dfc = take(R * F * elem_);
+    act_.norm_sq = static_cast<float*>(take(sizeof(float)));
+  };
+  carve();
+  arena_bytes_ = used;
+  if (s = alloc(arena_bytes_, &base); !s.ok()) return s;
+  carve();
+  return absl::OkStatus();
+}
+
+size_t Model::total_bytes() const {
+  const size_t n = layout_.num_params();
+  return 2 * n * elem_ + (master_ != nullptr ? 3 : 2) * n * state_elem_ + n + arena_bytes_;
+}
+
+void* Model::P(TensorKind kind, int layer) const {
+  return Advance(params_, layout_.Offset(kind, layer) * elem_);
+}
+
+void* Model::G(TensorKind kind, int layer) const {
+  return Advance(grads_, layout_.Offset(kind, layer) * elem_);
+}
+
+void* Model::HeadWeight(void* base) const {
+  const TensorKind head = layout_.Has(TensorKind::kLmHead) ? TensorKind::kLmHead : TensorKind::kWte;
+  return Advance(base, layout_.Offset(head) * elem_);
+}
+
+absl::Status Model::CheckTokens(absl::Span<const int32_t> ids, const char* what) const {
+  const int V = options_.config.vocab_size;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "]: token ", ids[i],
+                                                     " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Model::ForwardImpl(int B, int T) {
+  const ModelConfig& c = options_.config;
+  const int N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
+  kernels::Backend& be = *backend_;
+  be.EncoderForward(act_.encoded, act_.tokens, P(TensorKind::kWte), P(TensorKind::kWpe), B, T, C);
+  const void* residual = act_.encoded;
+  for (int l = 0; l < c.layers; ++l) {
+    LayerActs& la = act_.layers[l];
+    be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
+                        P(TensorKind::kLn1Bias, l), N, C);
+    be.MatmulForward(la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
+                     P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
+    be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
+    be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
+                     P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
+    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
+    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
+                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+    be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
+                     P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
+    be.MatmulForward(act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
+                     P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
+    be.ResidualForward(la.residual3, la.residual2, act_.scratch, static_cast<size_t>(N) * C);
+    residual = la.residual3;
+  }
+  be.LayerNormForward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, residual, P(TensorKind::kLnfWeight),
+                      P(TensorKind::kLnfBias), N, C);
+  be.MatmulForward(act_.logits, nullptr, act_.lnf, HeadWeight(params_), nullptr, N, C,
+                   c.padded_vocab_size, Epilogue::kNone);
+  last_B_ = B;
+  last_T_ = T;
+}
+
+absl::StatusOr<double> Model::Forward(absl::Span<const int32_t> tokens,
+                                      absl::Span<const int32_t> targets) {
+  const int B = options_.batch_size, T = options_.seq_len;
+  const size_t N = static_cast<size_t>(B) * T;
+  if (tokens.size() != N || targets.size() != N) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("forward: expected ", N, " tokens and targets (B=", B, ", T=", T, "), got ",
+                     tokens.size(), " and ", targets.size()));
+  }
+  if (absl::Status s = CheckTokens(tokens, "tokens"); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(targets, "targets"); !s.ok()) return s;
+  backward_ready_ = false;
+  backend_->CopyFromHost(act_.tokens, tokens.data(), N * sizeof(int32_t));
+  backend_->CopyFromHost(act_.targets, targets.data(), N * sizeof(int32_t));
+  ForwardImpl(B, T);
+  const float dloss = 1.0f / static_cast<float>(N * options_.grad_accum_steps);
+  backend_->SoftmaxCrossEntropy(act_.losses, act_.logits, act_.targets, static_cast<int>(N),
+                                options_.config.vocab_size, options_.config.padded_vocab_size,
+                                dloss);
+  std::vector<float> losses(N);
+  backend_->CopyToHost(losses.data(), act_.losses, N * sizeof(float));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  double sum = 0.0;
+  for (float l : losses) sum += l;
+  backward_ready_ = true;
+  return sum / static_cast<double>(N);
+}
+
+absl::Status Model::ForwardLogits(absl::Span<const int32_t> tokens, int B, int T) {
+  const ModelConfig& c = options_.config;
+  if (B <= 0 || T <= 0 || T > c.context || static_cast<int64_t>(B) * T > rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("forward: shape B=", B, ", T=", T,
+                                                   " does not fit (context ", c.context,
+                                                   ", at most ", rows_, " rows)"));
+  }
+  const size_t N = static_cast<size_t>(B) * T;
+  if (tokens.size() != N) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("forward: expected ", N, " tokens, got ", tokens.size()));
+  }
+  if (absl::Status s = CheckTokens(tokens, "tokens"); !s.ok()) return s;
+  backward_ready_ = false;
+  backend_->CopyFromHost(act_.tokens, tokens.data(), N * sizeof(int32_t));
+  ForwardImpl(B, T);
+  return backend_->Synchronize();
+}
+
+absl::Status Model::Backward() {
+  if (!backward_ready_) {
+    return absl::FailedPreconditionError(
+        "backward: needs a training Forward() first (each Forward() allows one Backward())");
+  }
+  backward_ready_ = false;
+  const ModelConfig& c = options_.config;
+  const int B = last_B_, T = last_T_, N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
+  kernels::Backend& be = *backend_;
+  // LayerNormBackward accumulates into the residual stream's gradient, so it starts at 0;
+  // every other activation gradient is written with '='.
+  be.Memset0(act_.dresidual, static_cast<size_t>(N) * C * elem_);
+  be.MatmulBackward(act_.dln, HeadWeight(grads_), nullptr, act_.logits, nullptr, act_.lnf,
+                    HeadWeight(params_), N, C, c.padded_vocab_size);
+  const void* last = c.layers > 0 ? act_.layers.back().residual3 : act_.encoded;
+  be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
+                       last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
+  for (int l = c.layers - 1; l >= 0; --l) {
+    LayerActs& la = act_.layers[l];
+    const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
+    // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
+    be.MatmulBackward(act_.dfc, G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
+                      act_.dresidual, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
+    be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), G(TensorKind::kFc1Bias, l), act_.dfc,
+                      la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l), N, C, F);
+    be.LayerNormBackward(act_.dresidual, G(TensorKind::kLn2Weight, l), G(TensorKind::kLn2Bias, l),
+                         act_.dln, la.residual2, P(TensorKind::kLn2Weight, l), la.ln2_mean,
+                         la.ln2_rstd, N, C);
+    // Attention block.
+    be.MatmulBackward(act_.datty, G(TensorKind::kAttnProjWeight, l),
+                      G(TensorKind::kAttnProjBias, l), act_.dresidual, nullptr, la.atty,
+                      P(TensorKind::kAttnProjWeight, l), N, C, C);
+    be.AttentionBackward(act_.dqkv, act_.datty, la.qkv, la.atty, la.att_stats, B, T, C, NH);
+    be.MatmulBackward(act_.dln, G(TensorKind::kQkvWeight, l), G(TensorKind::kQkvBias, l), act_.dqkv,
+                      nullptr, la.ln1, P(TensorKind::kQkvWeight, l), N, C, 3 * C);
+    be.LayerNormBackward(act_.dresidual, G(TensorKind::kLn1Weight, l), G(TensorKind::kLn1Bias, l),
+                         act_.dln, residual_in, P(TensorKind::kLn1Weight, l), la.ln1_mean,
+                         la.ln1_rstd, N, C);
+  }
+  be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
+                     C);
+  return be.Synchronize();
+}
+
+void Model::ZeroGrad() { backend_->Memset0(grads_, layout_.num_params() * elem_); }
+
+absl::StatusOr<float> Model::GradNorm() {
+  backend_->NormSquared(act_.norm_sq, grads_, layout_.num_params());
+  float norm_sq = 0.0f;
+  backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  return std::sqrt(norm_sq);
+}
+
+absl::StatusOr<float> Model::OptimizerStep(float lr, int t) {
+  const AdamWConfig& a = options_.adamw;
+  const size_t n = layout_.num_params();
+  backend_->NormSquared(act_.norm_sq, grads_, n);
+  backend_->AdamW(params_, master_, grads_, m_, v_, decay_mask_, n, lr, a.beta1, a.beta2, a.eps,
+                  a.weight_decay, t, 1.0f, act_.norm_sq, a.grad_clip);
+  float norm_sq = 0.0f;
+  backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  return std::sqrt(norm_sq);
+}
+
+absl::StatusOr<std::vector<int32_t>> Model::Generate(absl::Span<const int32_t> prompt, int n) {
+  if (prompt.empty()) return absl::InvalidArgumentError("generate: empty prompt");
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("generate: n = ", n, " < 0"));
+  if (absl::Status s = CheckTokens(prompt, "prompt"); !s.ok()) return s;
+  const ModelConfig& c = options_.config;
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<int32_t> generated;
+  generated.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const int window = static_cast<int>(std::min<size_t>(seq.size(), c.context));
+    absl::Span<const int32_t> last(seq.data() + seq.size() - window, window);
+    if (absl::Status s = ForwardLogits(last, 1, window); !s.ok()) return s;
+    const void* row =
+        Advance(act_.logits, static_cast<size_t>(window - 1) * c.padded_vocab_size * elem_);
+    backend_->Argmax(act_.targets, row, 1, c.vocab_size, c.padded_vocab_size);
+    int32_t next = 0;
+    backend_->CopyToHost(&next, act_.targets, sizeof(int32_t));
+    if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+    seq.push_back(next);
+    generated.push_back(next);
+  }
+  return generated;
+}
+
+}  // namespace boulder::engine

@@ -1,0 +1,178 @@
+// A pre-LN GPT-2 model trained over a kernels::Backend: forward, explicit backward, AdamW.
+//
+//   x = wte[tokens] + wpe[positions]
+//   per layer: x += attn_proj(attention(qkv(ln_1(x)))); x += fc2(gelu_tanh(fc1(ln_2(x))))
+//   logits = ln_f(x) · W_headᵀ   (W_head = wte when tie_embeddings; its gradient then
+//                                 accumulates both uses)
+//
+// Parameters, gradients and AdamW moments are each one contiguous device buffer laid out by
+// ParamLayout (see param_layout.h); activations live in one arena allocated at construction
+// for at most max(B*T, context) token rows, so a step allocates nothing.
+//
+// Typical step (grad_accum_steps micro-batches):
+//   ZeroGrad(); for each micro-batch: Forward(tokens, targets); Backward();
+//   OptimizerStep(lr, t);
+//
+// Ownership: the Model does not own the Backend, which must outlive it; it owns (and frees)
+// every buffer it allocated. Thread-safety: none; use a Model from one thread (as its Backend).
+#ifndef BOULDER_WORKER_ENGINE_MODEL_H_
+#define BOULDER_WORKER_ENGINE_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "worker/engine/param_layout.h"
+
+namespace boulder::engine {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // applied to 2-D matrices only
+  float grad_clip = 1.0f;     // global-norm clip; 0 disables
+};
+
+struct ModelOptions {
+  ModelConfig config;
+  int batch_size = 1;        // B of a training micro-batch
+  int seq_len = 1;           // T of a training micro-batch; <= config.context
+  int grad_accum_steps = 1;  // micro-batches per optimizer step (scales the loss gradient)
+  AdamWConfig adamw;
+  uint64_t seed = 0;  // parameter init
+};
+
+class Model {
+ public:
+  // Allocates and initialises parameters (deterministically from options.seed), zeroed
+  // gradients and moments, and the activation arena.
+  // INVALID_ARGUMENT: an impossible shape (names the field); RESOURCE_EXHAUSTED: an
+  // allocation failed (from the backend, naming the size).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(kernels::Backend* backend,
+                                                       const ModelOptions& options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Training forward over one micro-batch: tokens and targets are host arrays [B*T] of ids in
+  // [0, V). Returns the mean cross-entropy loss and leaves the logits' gradient (scaled by
+  // 1/(B*T*grad_accum_steps)) ready for Backward().
+  // INVALID_ARGUMENT: wrong sizes or an id outside [0, V).
+  absl::StatusOr<double> Forward(absl::Span<const int32_t> tokens,
+                                 absl::Span<const int32_t> targets);
+
+  // Inference forward over tokens [B*T] (any B, T with T <= context and B*T <= the arena's
+  // rows); the logits [B*T, Vp] are then readable through logits(). Invalidates a pending
+  // Backward(). INVALID_ARGUMENT: bad shape or token ids.
+  absl::Status ForwardLogits(absl::Span<const int32_t> tokens, int B, int T);
+
+  // Accumulates (+=) the gradients of the last Forward()'s loss into grads().
+  // FAILED_PRECONDITION: no training Forward() since the last Backward()/ForwardLogits().
+  absl::Status Backward();
+
+  void ZeroGrad();
+
+  // Global L2 norm of grads() (before clipping); synchronises with the backend.
+  absl::StatusOr<float> GradNorm();
+
+  // One AdamW step with learning rate `lr` (t: 1-based step count, for bias correction),
+  // clipping the gradient to adamw.grad_clip by global norm. Returns the gradient's norm
+  // before clipping.
+  absl::StatusOr<float> OptimizerStep(float lr, int t);
+
+  // Greedy continuation: appends `n` tokens, each the argmax of the last position of a
+  // B=1 forward over the last min(len, context) tokens. INVALID_ARGUMENT: empty prompt, a
+  // token outside [0, V) or n < 0.
+  absl::StatusOr<std::vector<int32_t>> Generate(absl::Span<const int32_t> prompt, int n);
+
+  const ModelOptions& options() const { return options_; }
+  const ParamLayout& layout() const { return layout_; }
+  size_t num_params() const { return layout_.num_params(); }
+  size_t activation_bytes() const { return arena_bytes_; }
+  // Every byte this model allocated (parameters, gradients, optimizer state, activations).
+  size_t total_bytes() const;
+
+  // Device buffers of num_params() compute-dtype elements (params, grads), laid out by
+  // layout(), for tests, checkpoints and a future all-reduce. logits() is [rows, Vp]
+  // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
+  void* params() const { return params_; }
+  void* grads() const { return grads_; }
+  const void* logits() const { return act_.logits; }
+
+ private:
+  // Per-layer activations saved by the forward for the backward.
+  struct LayerActs {
+    void* ln1;
+    float* ln1_mean;
+    float* ln1_rstd;
+    void* qkv;
+    void* atty;
+    float* att_stats;
+    void* residual2;  // x after the attention block
+    void* ln2;
+    float* ln2_mean;
+    float* ln2_rstd;
+    void* fc_pre;     // fc1 output before GELU
+    void* fc_gelu;    // GELU(fc1 output)
+    void* residual3;  // x after the MLP block = the next layer's input
+  };
+  struct Activations {
+    int32_t* tokens;
+    int32_t* targets;
+    void* encoded;
+    std::vector<LayerActs> layers;
+    void* lnf;
+    float* lnf_mean;
+    float* lnf_rstd;
+    void* logits;
+    float* losses;
+    void* scratch;  // [rows, C]: projection outputs before the residual add
+    // Backward scratch.
+    void* dresidual;  // [rows, C]: the residual stream's gradient
+    void* dln;        // [rows, C]
+    void* datty;      // [rows, C]
+    void* dqkv;       // [rows, 3C]
+    void* dfc;        // [rows, F]
+    float* norm_sq;   // scalar
+  };
+
+  Model(kernels::Backend* backend, const ModelOptions& options);
+  absl::Status Allocate();
+  absl::Status CheckTokens(absl::Span<const int32_t> ids, const char* what) const;
+  // Forward through the final LN and the head for the first B*T rows.
+  void ForwardImpl(int B, int T);
+  // Param (p) and gradient (g) pointers of one tensor.
+  void* P(TensorKind kind, int layer = -1) const;
+  void* G(TensorKind kind, int layer = -1) const;
+  void* HeadWeight(void* base) const;
+
+  kernels::Backend* backend_;
+  ModelOptions options_;
+  ParamLayout layout_;
+  size_t elem_ = 0;        // bytes per compute-dtype element
+  size_t state_elem_ = 0;  // bytes per state-dtype element
+  int rows_ = 0;           // token rows the arena holds
+
+  std::vector<void*> allocations_;
+  void* params_ = nullptr;
+  void* grads_ = nullptr;
+  void* master_ = nullptr;  // null when state dtype == compute dtype
+  void* m_ = nullptr;
+  void* v_ = nullptr;
+  uint8_t* decay_mask_ = nullptr;
+  size_t arena_bytes_ = 0;
+  Activations act_{};
+  int last_B_ = 0;
+  int last_T_ = 0;
+  bool backward_ready_ = false;
+};
+
+}  // namespace boulder::engine
+
+#endif  // BOULDER_WORKER_ENGINE_MODEL_H_

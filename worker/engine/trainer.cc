@@ -1,0 +1,195 @@
+#include "worker/engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "kernels/backend.h"
+#include "worker/engine/data.h"
+#include "worker/engine/model.h"
+#include "worker/engine/param_layout.h"
+#include "worker/engine/schedule.h"
+
+namespace boulder::engine {
+namespace {
+
+bool Stopped(const TrainerOptions& o) {
+  return o.stop != nullptr && o.stop->load(std::memory_order_relaxed);
+}
+
+void Info(const TrainerOptions& o, absl::string_view line) {
+  if (o.on_info) o.on_info(line);
+}
+
+std::string MiB(size_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+// Picks the backend this build can run the job on.
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const TrainerOptions& o) {
+  const std::string& name = o.backend.empty() ? o.spec.resources().backend() : o.backend;
+  if (name == "cuda") {
+    return absl::FailedPreconditionError("backend cuda: this build has no CUDA backend");
+  }
+  if (name != "auto" && name != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.backend: unknown '", name, "' (expected auto, cpu or cuda)"));
+  }
+  const std::string& precision = o.spec.precision();
+  if (precision != "auto" && precision != "fp32") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "precision: ", precision,
+        " needs the cuda backend, which this build does not have; the cpu backend trains in "
+        "fp32 (set precision: fp32)"));
+  }
+  if (o.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads: ", o.threads, " < 0"));
+  }
+  return kernels::NewCpuBackend(o.threads);
+}
+
+void ToProto(const kernels::MemoryStats& m, v1::MemoryStats* out) {
+  out->set_allocated_bytes(m.allocated_bytes);
+  out->set_peak_bytes(m.peak_bytes);
+  out->set_reserved_bytes(m.reserved_bytes);
+  out->set_device_total_bytes(m.device_total_bytes);
+}
+
+void SetNow(google::protobuf::Timestamp* ts) {
+  const absl::Time now = absl::Now();
+  const int64_t nanos = absl::ToUnixNanos(now);
+  ts->set_seconds(nanos / 1000000000);
+  ts->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+}  // namespace
+
+absl::Status RunTrainer(const TrainerOptions& o) {
+  const v1::JobSpec& spec = o.spec;
+  const v1::TrainingSpec& tr = spec.training();
+  if (o.world_size != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "world size ", o.world_size,
+        ": data-parallel training is not in this build yet (run with resources.workers: 1)"));
+  }
+  absl::StatusOr<ModelConfig> config = ModelConfigFromSpec(spec.model());
+  if (!config.ok()) return config.status();
+  absl::StatusOr<ScheduleConfig> schedule = ScheduleFromSpec(tr);
+  if (!schedule.ok()) return schedule.status();
+  absl::StatusOr<ArithmeticData> data = ArithmeticData::FromSpec(spec);
+  if (!data.ok()) return data.status();
+  if (tr.log_every_steps() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.log_every_steps: must be positive, got ", tr.log_every_steps()));
+  }
+  if (spec.generation().tokens() > 0 && spec.generation().prompt_len() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generation.prompt_len: must be positive when generation.tokens > 0, got ",
+                     spec.generation().prompt_len()));
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = MakeBackend(o);
+  if (!backend.ok()) return backend.status();
+
+  ModelOptions mo;
+  mo.config = *config;
+  mo.batch_size = tr.batch_size();
+  mo.seq_len = tr.seq_len();
+  mo.grad_accum_steps = tr.grad_accum_steps();
+  mo.adamw.beta1 = static_cast<float>(tr.beta1());
+  mo.adamw.beta2 = static_cast<float>(tr.beta2());
+  mo.adamw.eps = static_cast<float>(tr.eps());
+  mo.adamw.weight_decay = static_cast<float>(tr.weight_decay());
+  mo.adamw.grad_clip = static_cast<float>(tr.grad_clip());
+  mo.seed = tr.seed();
+  absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
+  if (!model_or.ok()) return model_or.status();
+  Model& model = **model_or;
+
+  const ModelConfig& c = *config;
+  Info(o, absl::StrFormat(
+              "model: %d layers, hidden %d, %d heads, ffn %d, vocab %d (padded %d), context %d%s; "
+              "%.2fM parameters",
+              c.layers, c.hidden, c.heads, c.ffn, c.vocab_size, c.padded_vocab_size, c.context,
+              c.tie_embeddings ? ", tied head" : "", model.num_params() / 1e6));
+  Info(o, absl::StrCat("backend: ", (*backend)->name(), " (",
+                       kernels::DTypeName((*backend)->compute_dtype()), "); activations ",
+                       MiB(model.activation_bytes()), " for ", tr.batch_size(), " x ", tr.seq_len(),
+                       " tokens; total ", MiB(model.total_bytes())));
+
+  const int B = tr.batch_size(), T = tr.seq_len(), accum = tr.grad_accum_steps();
+  const int64_t total = tr.steps();
+  const int64_t tokens_per_step = static_cast<int64_t>(B) * T * accum;
+  int64_t tokens_processed = 0;
+  for (int64_t step = 1; step <= total; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    model.ZeroGrad();
+    double loss = 0.0;
+    for (int micro = 0; micro < accum; ++micro) {
+      if (Stopped(o)) {
+        return absl::CancelledError(absl::StrCat("stopped at step ", step - 1, " of ", total));
+      }
+      const Batch batch = data->Get(o.rank, step, micro, B, T);
+      absl::StatusOr<double> l = model.Forward(batch.inputs, batch.targets);
+      if (!l.ok()) return l.status();
+      if (!std::isfinite(*l)) {
+        return absl::InternalError(
+            absl::StrCat("step ", step, ": loss is ", *l,
+                         " (training diverged; try a lower training.lr or training.grad_clip)"));
+      }
+      loss += *l / accum;
+      if (absl::Status s = model.Backward(); !s.ok()) return s;
+    }
+    const double lr = LearningRate(*schedule, step);
+    absl::StatusOr<float> norm =
+        model.OptimizerStep(static_cast<float>(lr), static_cast<int>(step));
+    if (!norm.ok()) return norm.status();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    tokens_processed += tokens_per_step;
+
+    if (o.on_step && (step % tr.log_every_steps() == 0 || step == total)) {
+      v1::StepReport r;
+      r.set_job_id(o.job_id);
+      r.set_rank(o.rank);
+      r.set_attempt(o.attempt);
+      r.set_step(step);
+      r.set_total_steps(total);
+      r.set_loss(loss);
+      r.set_lr(lr);
+      r.set_grad_norm(*norm);
+      r.set_step_time_seconds(seconds);
+      r.set_tokens_per_second(seconds > 0 ? tokens_per_step / seconds : 0.0);
+      ToProto((*backend)->GetMemoryStats(), r.mutable_memory());
+      SetNow(r.mutable_time());
+      r.set_tokens_processed(tokens_processed);
+      o.on_step(r);
+    }
+  }
+
+  const int n = spec.generation().tokens();
+  if (n > 0) {
+    if (Stopped(o)) {
+      return absl::CancelledError(
+          absl::StrCat("stopped after step ", total, ", before generation"));
+    }
+    const std::vector<int32_t> prompt = data->Prompt(spec.generation().prompt_len());
+    absl::StatusOr<std::vector<int32_t>> generated = model.Generate(prompt, n);
+    if (!generated.ok()) return generated.status();
+    if (o.on_generation) {
+      v1::GenerationResult g;
+      g.mutable_prompt()->Add(prompt.begin(), prompt.end());
+      g.mutable_tokens()->Add(generated->begin(), generated->end());
+      o.on_generation(g);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace boulder::engine
