@@ -11,6 +11,9 @@ PKGS=(
 # kubectl renders the Kubernetes manifests in tests/deploy; a kubectl already installed is kept
 # (kubernetes-client ships /usr/bin/kubectl too, and dpkg refuses to overwrite another package's).
 command -v kubectl >/dev/null || PKGS+=(kubernetes-client)
+# Node.js and npm run the deploy tests' schema validation (machines of this project's kind ship
+# them outside dpkg; a plain Debian machine gets Debian's).
+command -v npm >/dev/null || PKGS+=(nodejs npm)
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 missing=()
