@@ -30,6 +30,19 @@ STEP_RE = re.compile(r"^\s*step\s+(\d+)\s*/\s*(\d+)\b")
 MS_RE = re.compile(r"(\d+(?:\.\d+)?)\s*ms\b")
 
 
+def parse_json_line(line):
+    """(step, ms, peak_bytes) for a TrainerMessage JSON line with a step report, else None."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    step = msg.get("step") if isinstance(msg, dict) else None
+    if not step:
+        return None
+    peak = int(step.get("memory", {}).get("peak_bytes", 0))
+    return int(step["step"]), float(step.get("step_time_seconds", 0.0)) * 1e3, peak
+
+
 def parse_step_line(line):
     """(step, ms) for a step-report line, else None."""
     m = STEP_RE.match(line)
@@ -57,12 +70,16 @@ def main(argv):
                    help="fail unless at least this many steps are timed")
     p.add_argument("--log", help="also write the trainer's output here")
     p.add_argument("--json", metavar="OUT")
+    p.add_argument("--json-reports", action="store_true",
+                   help="the trainer prints TrainerMessage JSON lines (--report-fd 1 --quiet); "
+                        "peak memory then comes from the step reports (device memory)")
     a = p.parse_args(argv[:split])
     cmd = argv[split + 1:]
     if not cmd:
         sys.exit("trainer_bench: no trainer command after --")
 
     times = {}
+    device_peak = 0
     log = open(a.log, "w") if a.log else None
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -73,6 +90,12 @@ def main(argv):
         sys.stdout.write(line)
         if log:
             log.write(line)
+        if a.json_reports:
+            parsed = parse_json_line(line)
+            if parsed:
+                times[parsed[0]] = parsed[1]
+                device_peak = max(device_peak, parsed[2])
+            continue
         parsed = parse_step_line(line)
         if parsed:
             times[parsed[0]] = parsed[1]
@@ -92,6 +115,8 @@ def main(argv):
     ms = statistics.median(timed)
     # The only child waited for so far is the trainer, so this is its peak RSS (KiB on Linux).
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    if a.json_reports:
+        peak = device_peak
     row = {
         "workload": a.workload,
         "implementation": a.implementation,
@@ -106,7 +131,7 @@ def main(argv):
     }
     print(f"{a.implementation} {a.precision} [{a.workload}]: {ms:.2f} ms/step (median of "
           f"{len(timed)}, min {min(timed):.2f}, max {max(timed):.2f}), "
-          f"{row['tokens_per_s']:,.0f} tokens/s, peak RSS {peak / 2**20:,.0f} MiB", flush=True)
+          f"{row['tokens_per_s']:,.0f} tokens/s, peak {peak / 2**20:,.0f} MiB", flush=True)
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

@@ -146,6 +146,13 @@ std::unique_ptr<Backend> NewCpuBackend(int num_threads = 0);
 // The same algorithms in FP64: used by tests that compare against finite differences.
 std::unique_ptr<Backend> NewCpuBackendF64(int num_threads = 1);
 
+// True when this build contains the CUDA backend (it was built with a CUDA toolkit).
+bool CudaBackendBuilt();
+// The CUDA backend on `device`: BF16 compute, FP32 optimizer state. FAILED_PRECONDITION, with
+// the reason, when this build has no CUDA backend, there is no such device, or its compute
+// capability is below 8.0.
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device = 0);
+
 }  // namespace boulder::kernels
 
 #endif  // BOULDER_KERNELS_BACKEND_H_

@@ -32,26 +32,44 @@ std::string MiB(size_t bytes) {
   return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
-// Picks the backend this build can run the job on.
+// Picks the backend for the job: the cuda backend trains in bf16, the cpu backend in fp32;
+// "auto" takes a usable GPU when this build has the CUDA backend, else the CPU.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const TrainerOptions& o) {
   const std::string& name = o.backend.empty() ? o.spec.resources().backend() : o.backend;
-  if (name == "cuda") {
-    return absl::FailedPreconditionError("backend cuda: this build has no CUDA backend");
-  }
-  if (name != "auto" && name != "cpu") {
+  if (name != "auto" && name != "cpu" && name != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("resources.backend: unknown '", name, "' (expected auto, cpu or cuda)"));
-  }
-  const std::string& precision = o.spec.precision();
-  if (precision != "auto" && precision != "fp32") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "precision: ", precision,
-        " needs the cuda backend, which this build does not have; the cpu backend trains in "
-        "fp32 (set precision: fp32)"));
   }
   if (o.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads: ", o.threads, " < 0"));
   }
+  const std::string& precision = o.spec.precision();
+  std::string cuda_problem;
+  if (name != "cpu") {
+    absl::StatusOr<std::unique_ptr<kernels::Backend>> cuda = kernels::NewCudaBackend(0);
+    if (cuda.ok()) {
+      if (precision != "auto" && precision != "bf16") {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "precision: ", precision, " is not supported by the cuda backend, which trains in "
+            "bf16 (set precision: bf16 or auto)"));
+      }
+      Info(o, absl::StrCat("cuda backend: precision bf16",
+                           name == "auto" ? " (backend auto found a GPU)" : ""));
+      return std::move(*cuda);
+    }
+    if (name == "cuda") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("backend cuda: ", cuda.status().message()));
+    }
+    cuda_problem = std::string(cuda.status().message());
+  }
+  if (precision != "auto" && precision != "fp32") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "precision: ", precision, " needs the cuda backend",
+        cuda_problem.empty() ? "" : absl::StrCat(" (", cuda_problem, ")"),
+        "; the cpu backend trains in fp32 (set precision: fp32)"));
+  }
+  if (!cuda_problem.empty()) Info(o, absl::StrCat("cpu backend: ", cuda_problem));
   return kernels::NewCpuBackend(o.threads);
 }
 

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU benchmark (issues 3 and 4): Boulder's trainer against the PyTorch reference on the same
+# card, in one run, on the three workloads of issue 3:
+#   seed   mini-GPT (vocab 96, 768 hidden, 12 heads, 4 layers, FFN 3072), batch 32 x 256
+#   gpt2   GPT-2 124M (vocab 50257 -> 50304, 12 x 768, context 1024, untied head), 16 x 1024
+#   h2048  hidden 2048, 16 heads, 8 layers, FFN 8192, vocab 96, batch 8 x 1024
+#
+#   bench/gpu_bench.sh OUTDIR [--quick] [--workloads "seed gpt2 h2048"]
+#
+# --quick times PyTorch eager only (no torch.compile: minutes of compilation). Writes
+# OUTDIR/gpu-bench.md (the table) and OUTDIR/gpu-bench.json (the rows), plus one log per run.
+# Environment: BOULDER_TRAINER (default: boulder-trainer on PATH, e.g. from a gpu-bundle),
+# PYTHON (default python3).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: gpu_bench.sh OUTDIR [--quick] [--workloads LIST]}; shift
+QUICK=0
+WORKLOADS="seed gpt2 h2048"
+while (($#)); do
+  case "$1" in
+    --quick) QUICK=1; shift ;;
+    --workloads) WORKLOADS=$2; shift 2 ;;
+    *) echo "gpu_bench: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+TRAINER=${BOULDER_TRAINER:-$(command -v boulder-trainer)}
+PYTHON=${PYTHON:-python3}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+STEPS=40
+WARMUP=10
+
+rows=()
+for w in $WORKLOADS; do
+  case $w in
+    seed)  B=32; T=256; model=(--set model.preset=minigpt); pt=(--preset minigpt) ;;
+    gpt2)  B=16; T=1024; model=(--set model.preset=gpt2 --set model.tie_embeddings=false); pt=(--preset gpt2) ;;
+    h2048) B=8; T=1024
+           model=(--set model.hidden=2048 --set model.heads=16 --set model.layers=8 --set model.ffn=8192 --set model.context=1024)
+           pt=(--preset minigpt --hidden 2048 --heads 16 --layers 8 --ffn 8192 --context 1024) ;;
+    *) echo "gpu_bench: unknown workload $w" >&2; exit 2 ;;
+  esac
+  name="$w b${B}x${T}"
+  echo "== $name"
+  "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder --precision bf16 \
+      --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
+      --json "$OUT/$w-boulder-bf16.json" --log "$OUT/$w-boulder-bf16.log" -- \
+      "$TRAINER" --spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B \
+      --set training.seq_len=$T --set training.steps=$STEPS --set training.log_every_steps=1 \
+      --set generation.tokens=0 --set precision=bf16 --backend cuda --report-fd 1 --quiet \
+      > "$OUT/$w-boulder-bf16.out" 2>&1 && rows+=("$OUT/$w-boulder-bf16.json")
+  tail -1 "$OUT/$w-boulder-bf16.out"
+  modes="eager"
+  ((QUICK)) || modes="eager compile reduce-overhead"
+  for m in $modes; do
+    "$PYTHON" bench/pytorch_reference.py --device cuda "${pt[@]}" --batch $B --seq $T \
+        --precision bf16 --mode $m --steps $STEPS --warmup $WARMUP --workload "$name" \
+        --json "$OUT/$w-pytorch-$m.json" > "$OUT/$w-pytorch-$m.log" 2>&1 \
+        && rows+=("$OUT/$w-pytorch-$m.json")
+    tail -1 "$OUT/$w-pytorch-$m.log"
+  done
+done
+"$PYTHON" bench/report.py --title "GPU benchmark: Boulder BF16 vs PyTorch ($GPU)" \
+    --md "$OUT/gpu-bench.md" --json "$OUT/gpu-bench.json" "${rows[@]}"
+cat "$OUT/gpu-bench.md"

@@ -1,0 +1,185 @@
+// The CUDA backend against the CPU reference on whole training steps and whole runs.
+// Skips, saying so, where no usable GPU is present (ctest label gpu).
+//
+// Tolerances (BF16 activations and gradients, FP32 accumulation and master weights):
+//   one step, same weights (the GPU's BF16 values) and batch: loss within 1e-2 relative; each
+//   parameter tensor's gradient within 5e-2 relative L2 error (‖gpu − cpu‖ / ‖cpu‖);
+//   200 steps of the seed model: the mean loss of the last 20 steps within 0.05 absolute (or
+//   10% relative) of the CPU run's, and greedy generation keeps the prompt's stride.
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/engine/data.h"
+#include "worker/engine/model.h"
+#include "worker/engine/trainer.h"
+
+namespace boulder::engine {
+namespace {
+
+std::unique_ptr<kernels::Backend> GpuOrSkip() {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> b = kernels::NewCudaBackend(0);
+  if (!b.ok()) return nullptr;
+  return std::move(*b);
+}
+
+ModelOptions SmallOptions() {
+  ModelOptions o;
+  o.config.vocab_size = 96;
+  o.config.padded_vocab_size = PaddedVocabSize(96);
+  o.config.hidden = 128;
+  o.config.heads = 2;  // head size 64
+  o.config.layers = 2;
+  o.config.ffn = 512;
+  o.config.context = 128;
+  o.batch_size = 4;
+  o.seq_len = 100;  // not a multiple of the attention tile
+  o.grad_accum_steps = 1;
+  o.seed = 7;
+  return o;
+}
+
+std::vector<float> Download(kernels::Backend& b, const void* p, size_t n) {
+  std::vector<float> v(n);
+  b.CopyToHostF32(v.data(), p, b.compute_dtype(), n);
+  return v;
+}
+
+TEST(ModelGpuTest, OneStepMatchesCpu) {
+  std::unique_ptr<kernels::Backend> gpu = GpuOrSkip();
+  if (!gpu) GTEST_SKIP() << "no usable CUDA device";
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(0);
+  ModelOptions o = SmallOptions();
+  auto gm = Model::Create(gpu.get(), o);
+  auto cm = Model::Create(cpu.get(), o);
+  ASSERT_TRUE(gm.ok()) << gm.status();
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  Model& g = **gm;
+  Model& c = **cm;
+  const size_t n = g.num_params();
+  // The CPU model gets the GPU's BF16-rounded weights, so both compute the same function.
+  std::vector<float> w = Download(*gpu, g.params(), n);
+  cpu->CopyFromHostF32(c.params(), cpu->compute_dtype(), w.data(), n);
+
+  ArithmeticData data(96, 6, 11);
+  Batch batch = data.Get(0, 1, 0, o.batch_size, o.seq_len);
+  g.ZeroGrad();
+  c.ZeroGrad();
+  absl::StatusOr<double> gl = g.Forward(batch.inputs, batch.targets);
+  absl::StatusOr<double> cl = c.Forward(batch.inputs, batch.targets);
+  ASSERT_TRUE(gl.ok() && cl.ok());
+  EXPECT_NEAR(*gl, *cl, 1e-2 * std::fabs(*cl)) << "loss";
+  ASSERT_TRUE(g.Backward().ok());
+  ASSERT_TRUE(c.Backward().ok());
+  std::vector<float> gg = Download(*gpu, g.grads(), n), cg = Download(*cpu, c.grads(), n);
+  for (const TensorInfo& t : g.layout().tensors()) {
+    double num = 0, den = 0;
+    for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+      ASSERT_TRUE(std::isfinite(gg[i])) << t.name << "[" << i - t.offset << "]";
+      num += (double(gg[i]) - cg[i]) * (double(gg[i]) - cg[i]);
+      den += double(cg[i]) * cg[i];
+    }
+    if (den == 0) {
+      EXPECT_EQ(num, 0) << t.name;
+      continue;
+    }
+    EXPECT_LT(std::sqrt(num / den), 5e-2) << t.name;
+  }
+}
+
+v1::JobSpec SeedSpec(int steps) {
+  v1::JobSpec s;
+  s.set_name("seed");
+  v1::ModelSpec* m = s.mutable_model();
+  m->set_preset("minigpt");
+  m->set_vocab_size(96);
+  m->set_hidden(768);
+  m->set_heads(12);
+  m->set_layers(4);
+  m->set_ffn(3072);
+  m->set_context(256);
+  m->set_tie_embeddings(false);
+  s.mutable_data()->set_source("arithmetic");
+  s.mutable_data()->set_max_stride(6);
+  v1::TrainingSpec* t = s.mutable_training();
+  t->set_steps(steps);
+  t->set_batch_size(8);
+  t->set_seq_len(64);
+  t->set_lr(3e-4);
+  t->set_beta1(0.9);
+  t->set_beta2(0.95);
+  t->set_eps(1e-8);
+  t->set_weight_decay(0.0);
+  t->set_warmup_steps(0);
+  t->set_schedule("constant");
+  t->set_min_lr_ratio(0.0);
+  t->set_grad_accum_steps(1);
+  t->set_grad_clip(1.0);
+  t->set_seed(1337);
+  t->set_deterministic(false);
+  t->set_log_every_steps(1);
+  s.set_precision("auto");
+  s.mutable_resources()->set_workers(1);
+  s.mutable_resources()->set_backend("auto");
+  s.mutable_generation()->set_prompt_len(8);
+  s.mutable_generation()->set_tokens(16);
+  return s;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  v1::GenerationResult generation;
+};
+
+TrainRun Train(const v1::JobSpec& spec, const std::string& backend) {
+  TrainRun r;
+  TrainerOptions o;
+  o.spec = spec;
+  o.backend = backend;
+  o.on_step = [&](const v1::StepReport& s) { r.losses.push_back(s.loss()); };
+  o.on_generation = [&](const v1::GenerationResult& g) { r.generation = g; };
+  absl::Status s = RunTrainer(o);
+  EXPECT_TRUE(s.ok()) << backend << ": " << s;
+  return r;
+}
+
+double MeanLast(const std::vector<double>& v, size_t k) {
+  double s = 0;
+  for (size_t i = v.size() - k; i < v.size(); ++i) s += v[i];
+  return s / k;
+}
+
+TEST(ModelGpuTest, SeedJobLearnsLikeCpu) {
+  if (!GpuOrSkip()) GTEST_SKIP() << "no usable CUDA device";
+  const int steps = 200;
+  TrainRun gpu = Train(SeedSpec(steps), "cuda");
+  TrainRun cpu = Train(SeedSpec(steps), "cpu");
+  ASSERT_EQ(gpu.losses.size(), size_t(steps));
+  ASSERT_EQ(cpu.losses.size(), size_t(steps));
+  for (int s : {0, 9, 49, 99, 199}) {
+    std::printf("step %3d  loss cpu %.4f  gpu %.4f\n", s + 1, cpu.losses[s], gpu.losses[s]);
+  }
+  const double g = MeanLast(gpu.losses, 20), c = MeanLast(cpu.losses, 20);
+  EXPECT_NEAR(g, c, std::max(0.05, 0.1 * c));
+  EXPECT_LT(g, 0.5);
+  std::vector<int32_t> seq(gpu.generation.prompt().begin(), gpu.generation.prompt().end());
+  seq.insert(seq.end(), gpu.generation.tokens().begin(), gpu.generation.tokens().end());
+  int32_t stride = 0;
+  EXPECT_TRUE(HasConstantStride(seq, 96, &stride)) << absl::StrCat("generated: ", seq.size());
+}
+
+TEST(ModelGpuTest, DeterministicLosses) {
+  if (!GpuOrSkip()) GTEST_SKIP() << "no usable CUDA device";
+  v1::JobSpec spec = SeedSpec(10);
+  spec.mutable_generation()->set_tokens(0);
+  spec.mutable_training()->set_deterministic(true);
+  TrainRun a = Train(spec, "cuda"), b = Train(spec, "cuda");
+  ASSERT_EQ(a.losses.size(), 10u);
+  EXPECT_EQ(a.losses, b.losses);  // bit-identical
+}
+
+}  // namespace
+}  // namespace boulder::engine
