@@ -1,0 +1,110 @@
+// One assignment on this worker: its directory and spec file, its trainer process, what the
+// trainer reported and the coordinator has not acknowledged yet, and how it ended.
+//
+// Lifecycle: construct, Launch() once, Stop() any number of times, then, once exited(),
+// ExitReport(). If the spec cannot be written or the trainer cannot be spawned (or Stop came
+// first), the attempt ends at once and its ExitReport says why.
+//
+// Thread-safe. Callbacks in AttemptOptions run on the trainer's supervisor thread (or on the
+// caller's, when the attempt ends without a trainer); they must not destroy the Attempt.
+#ifndef BOULDER_WORKER_AGENT_ATTEMPT_H_
+#define BOULDER_WORKER_AGENT_ATTEMPT_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "boulder/v1/worker.pb.h"
+#include "worker/agent/metrics.h"
+#include "worker/agent/report_buffer.h"
+#include "worker/agent/trainer_process.h"
+
+namespace boulder::agent {
+
+// Exit code reported when the trainer could not be started (as a shell reports it).
+inline constexpr int kSpawnFailedExitCode = 127;
+
+struct AttemptOptions {
+  std::string trainer_path;  // REQUIRES: non-empty
+  std::string dir;           // this attempt's directory; created by Launch
+  int threads = 0;           // --threads for the trainer; 0: all cores
+  ReportBuffer::Limits buffer_limits;
+  AgentMetrics* metrics = nullptr;  // not owned; may be null
+  // A diagnostic line about this attempt (already prefixed with its label).
+  std::function<void(absl::string_view)> log;
+  // The attempt has ended (its exit is ready to report).
+  std::function<void()> on_exit;
+};
+
+// The trainer's command line after argv[0].
+std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
+                                     int threads);
+
+// Writes `spec` as protobuf JSON with the proto field names (what ParseJobSpecYaml reads).
+// Errors carry the path and the OS error.
+absl::Status WriteSpecJson(const v1::JobSpec& spec, const std::string& path);
+
+class Attempt {
+ public:
+  enum class StopReason {
+    kCancelled,  // the coordinator cancelled it: reported with cancelled = true
+    kShutdown,   // the agent is shutting down
+  };
+
+  Attempt(v1::Assignment assignment, AttemptOptions options);
+  ~Attempt();  // kills a trainer still running
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  // Creates the directory, writes spec.json there and spawns the trainer in it.
+  void Launch();
+
+  // SIGTERM to the trainer's process group, SIGKILL after `grace`. The first reason sticks.
+  // Returns true for the first call before the attempt ended.
+  bool Stop(StopReason reason, absl::Duration grace);
+
+  int64_t job_id() const { return assignment_.job_id(); }
+  int32_t attempt() const { return assignment_.attempt(); }
+  int32_t rank() const { return assignment_.rank(); }
+  const std::string& label() const { return label_; }  // "job 7 attempt 1 rank 0"
+  v1::RunningTrainer running() const;
+  ReportBuffer& buffer() { return buffer_; }
+  pid_t pid() const;  // 0 before launch or when the spawn failed
+
+  bool exited() const;
+  bool WaitForExit(absl::Duration timeout);
+
+  // The exit to report, without worker_id. REQUIRES: exited().
+  v1::ReportExitRequest ExitReport() const;
+
+ private:
+  void OnTrainerExit(const TrainerExit& exit);
+  void EndWithoutTrainer(int exit_code, std::string message);
+  void Log(absl::string_view line) const;
+  TrainerCallbacks Callbacks();
+
+  const v1::Assignment assignment_;
+  const AttemptOptions options_;
+  const std::string label_;
+  ReportBuffer buffer_;
+  int malformed_lines_ = 0;  // supervisor thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable exited_cv_;
+  bool launched_ = false;                      // guarded by mu_
+  std::optional<StopReason> stop_reason_;      // guarded by mu_
+  std::optional<v1::ReportExitRequest> exit_;  // guarded by mu_
+  std::unique_ptr<TrainerProcess> process_;    // set once, under mu_, by Launch
+};
+
+}  // namespace boulder::agent
+
+#endif  // BOULDER_WORKER_AGENT_ATTEMPT_H_
