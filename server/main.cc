@@ -1,0 +1,37 @@
+// boulder-coordinator: flags -> ServerOptions -> Run().
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  boulder::server::ServerOptions options;
+  options.listen.clear();
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t heartbeat_interval_ms = 500;
+
+  CLI::App app{"Boulder coordinator: accepts training jobs and gang-schedules them on workers."};
+  app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0: any free port)")
+      ->required();
+  app.add_option("--db", options.db_path, "SQLite database file (created if missing)")->required();
+  app.add_option("--metrics-listen", options.metrics_listen,
+                 "Prometheus endpoint HOST:PORT (/metrics); none when not given");
+  app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,
+                 "A worker silent this long is lost and its job failed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
+                 "How often workers are told to heartbeat")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  options.heartbeat_timeout = absl::Milliseconds(heartbeat_timeout_ms);
+  options.heartbeat_interval = absl::Milliseconds(heartbeat_interval_ms);
+  return boulder::server::Run(options);
+}

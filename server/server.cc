@@ -1,0 +1,170 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <exception>
+#include <iostream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+#include "server/services.h"
+
+namespace boulder::server {
+namespace {
+
+// "HOST:PORT" -> HOST (brackets of an IPv6 host kept), or an error naming `flag`.
+absl::StatusOr<std::string> HostOf(const std::string& address, const char* flag) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected HOST:PORT, got '", address, "'"));
+  }
+  return address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  auto host = HostOf(options.listen, "listen");
+  if (!host.ok()) return host.status();
+  if (options.heartbeat_timeout <= absl::ZeroDuration() ||
+      options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_interval >= options.heartbeat_timeout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat_interval (", absl::FormatDuration(options.heartbeat_interval),
+                     ") and heartbeat_timeout (", absl::FormatDuration(options.heartbeat_timeout),
+                     ") must be positive, the interval shorter than the timeout"));
+  }
+  if (options.db_path.empty()) return absl::InvalidArgumentError("db: a path is required");
+  std::string metrics_host;
+  if (!options.metrics_listen.empty()) {
+    auto h = HostOf(options.metrics_listen, "metrics_listen");
+    if (!h.ok()) return h.status();
+    metrics_host = *std::move(h);
+  }
+
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->shutdown_grace_ = options.shutdown_grace;
+  // Often enough that a lost worker is noticed well within 10% of the timeout.
+  s->liveness_period_ =
+      std::clamp(options.heartbeat_timeout / 10, absl::Milliseconds(10), absl::Seconds(1));
+  s->metrics_ = std::make_unique<ServerMetrics>();
+  auto store = JobStore::Open(options.db_path);
+  if (!store.ok()) return store.status();
+  CoordinatorOptions copts;
+  copts.heartbeat_timeout = options.heartbeat_timeout;
+  copts.heartbeat_interval = options.heartbeat_interval;
+  auto coordinator = Coordinator::Create(*std::move(store), s->metrics_.get(), copts);
+  if (!coordinator.ok()) return coordinator.status();
+  s->coordinator_ = *std::move(coordinator);
+
+  if (!options.metrics_listen.empty()) {
+    try {
+      s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("metrics_listen: cannot listen on ",
+                                                 options.metrics_listen, ": ", e.what()));
+    }
+    s->exposer_->RegisterCollectable(s->metrics_->registry());
+    std::vector<int> ports = s->exposer_->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("metrics_listen: cannot listen on ", options.metrics_listen));
+    }
+    s->metrics_address_ = absl::StrCat(metrics_host, ":", ports.front());
+  }
+
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get());
+  s->worker_service_ =
+      std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  // Without this, gRPC sets SO_REUSEPORT and a second coordinator could share the port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(s->job_service_.get());
+  builder.RegisterService(s->worker_service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", options.listen));
+  }
+  s->address_ = absl::StrCat(*host, ":", port);
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::LivenessLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), liveness_period_);
+    if (stopping_) break;
+    mu_.Unlock();
+    absl::Status s = coordinator_->CheckLiveness();
+    // The loop is this status's edge: report it and try again next period.
+    if (!s.ok()) std::cerr << "boulder-coordinator: liveness check: " << s << std::endl;
+    mu_.Lock();
+  }
+}
+
+void CoordinatorServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      absl::ToChronoMilliseconds(shutdown_grace_));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (liveness_.joinable()) liveness_.join();
+  if (coordinator_ != nullptr) {
+    if (absl::Status s = coordinator_->Flush(); !s.ok()) {
+      std::cerr << "boulder-coordinator: saving worker state: " << s << std::endl;
+    }
+  }
+  server_.reset();
+  exposer_.reset();
+  worker_service_.reset();
+  job_service_.reset();
+  coordinator_.reset();  // closes the database
+}
+
+int Run(const ServerOptions& options) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = CoordinatorServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "boulder-coordinator: " << server.status().message() << std::endl;
+    return 1;
+  }
+  std::cout << "boulder-coordinator listening on " << (*server)->address() << std::endl;
+  if (!(*server)->metrics_address().empty()) {
+    std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace boulder::server

@@ -1,0 +1,76 @@
+// The coordinator's gRPC services (callback API): thin adapters from boulder.v1.JobService and
+// boulder.v1.WorkerService onto the Coordinator. Each RPC is timed and counted in the metrics
+// and its absl::Status converted to a grpc::Status at this edge only.
+//
+// Unary handlers run the Coordinator call inline on the gRPC callback thread: each is a short
+// critical section plus at most one SQLite commit.
+//
+// Thread-safe. `coordinator` and `metrics` are not owned and must outlive the grpc::Server.
+#ifndef BOULDER_SERVER_SERVICES_H_
+#define BOULDER_SERVER_SERVICES_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "boulder/v1/job.grpc.pb.h"
+#include "boulder/v1/worker.grpc.pb.h"
+#include "server/coordinator.h"
+#include "server/metrics.h"
+
+namespace boulder::server {
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  JobServiceImpl(Coordinator* coordinator, ServerMetrics* metrics)
+      : coordinator_(coordinator), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
+                                                   const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetJobLogs(grpc::CallbackServerContext* context,
+                                       const v1::GetJobLogsRequest* request,
+                                       v1::GetJobLogsResponse* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+  ServerMetrics* const metrics_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+ public:
+  WorkerServiceImpl(Coordinator* coordinator, ServerMetrics* metrics)
+      : coordinator_(coordinator), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
+                                           const v1::RegisterWorkerRequest* request,
+                                           v1::RegisterWorkerResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* context,
+                                        const v1::ReportStepsRequest* request,
+                                        v1::ReportStepsResponse* response) override;
+  grpc::ServerUnaryReactor* ReportExit(grpc::CallbackServerContext* context,
+                                       const v1::ReportExitRequest* request,
+                                       v1::ReportExitResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+  ServerMetrics* const metrics_;
+};
+
+}  // namespace boulder::server
+
+#endif  // BOULDER_SERVER_SERVICES_H_
