@@ -138,6 +138,13 @@ class Backend {
   // Argmax over each row of logits[N,V] (first V columns) into int32 out[N]; used by greedy
   // generation.
   virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
+
+  // ---- profiling (optional) ----------------------------------------------------------------
+  // When enabled, the backend times every op on the device (events around each launch, no
+  // host sync) and ProfileReport() returns a table of total time per op; backends without
+  // device timers return "".
+  virtual void EnableProfiling(bool on) {}
+  virtual std::string ProfileReport() { return ""; }
 };
 
 // The CPU reference backend (FP32, OpenBLAS GEMMs, threads across `num_threads` cores; 0 =

@@ -1,9 +1,11 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
@@ -58,6 +60,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  for (const Timed& t : timed_) {
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.end);
+  }
+  for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   for (auto& [ptr, bytes] : allocations_) cudaFree(ptr);
   matmul_.reset();
   if (stream_) cudaStreamDestroy(stream_);
@@ -171,6 +178,7 @@ MemoryStats CudaBackend::GetMemoryStats() const {
 void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte,
                                  const void* wpe, int B, int T, int C) {
   if (!Ok()) return;
+  ProfileScope profile(this, "EncoderForward");
   BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
   Check(cuda::EncoderForward(static_cast<bf16*>(out), tokens, static_cast<const bf16*>(wte),
                              static_cast<const bf16*>(wpe), B, T, C, stream_),
@@ -180,6 +188,7 @@ void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* w
 void CudaBackend::EncoderBackward(void* dwte, void* dwpe, const void* dout,
                                   const int32_t* tokens, int B, int T, int C) {
   if (!Ok()) return;
+  ProfileScope profile(this, "EncoderBackward");
   Check(cuda::EncoderBackward(static_cast<bf16*>(dwte), static_cast<bf16*>(dwpe),
                               static_cast<const bf16*>(dout), tokens, B, T, C, scratch_, stream_),
         "EncoderBackward");
@@ -188,6 +197,7 @@ void CudaBackend::EncoderBackward(void* dwte, void* dwpe, const void* dout,
 void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                                    const void* weight, const void* bias, int N, int C) {
   if (!Ok()) return;
+  ProfileScope profile(this, "LayerNormForward");
   BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
   Check(cuda::LayerNormForward(static_cast<bf16*>(out), mean, rstd,
                                static_cast<const bf16*>(inp), static_cast<const bf16*>(weight),
@@ -199,6 +209,7 @@ void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, cons
                                     const void* inp, const void* weight, const float* mean,
                                     const float* rstd, int N, int C) {
   if (!Ok()) return;
+  ProfileScope profile(this, "LayerNormBackward");
   Check(cuda::LayerNormBackward(static_cast<bf16*>(dinp), static_cast<bf16*>(dweight),
                                 static_cast<bf16*>(dbias), static_cast<const bf16*>(dout),
                                 static_cast<const bf16*>(inp), static_cast<const bf16*>(weight),
@@ -209,6 +220,7 @@ void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, cons
 void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
                                 const void* bias, int N, int C, int OC, Epilogue epilogue) {
   if (!Ok()) return;
+  ProfileScope profile(this, "MatmulForward");
   BOULDER_REQUIRE(C % 8 == 0 && OC % 8 == 0,
                   absl::StrCat("GEMM dims ", C, "x", OC, " must be multiples of 8"));
   GemmShape s;
@@ -234,6 +246,7 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
                                  const void* pre_gelu, const void* inp, const void* weight,
                                  int N, int C, int OC) {
   if (!Ok()) return;
+  ProfileScope profile(this, "MatmulBackward");
   bf16* dy = static_cast<bf16*>(dout);
   if (pre_gelu) {
     Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
@@ -268,6 +281,7 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
 void CudaBackend::AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                                    int NH) {
   if (!Ok()) return;
+  ProfileScope profile(this, "AttentionForward");
   BOULDER_REQUIRE(C % NH == 0 && (C / NH == 64 || C / NH == 128),
                   absl::StrCat("head size ", C / NH, " (attention supports 64 and 128)"));
   Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B,
@@ -279,6 +293,7 @@ void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qk
                                     const void* out, const float* stats, int B, int T, int C,
                                     int NH) {
   if (!Ok()) return;
+  ProfileScope profile(this, "AttentionBackward");
   Check(cuda::AttentionBackward(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                 static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
                                 stats, B, T, C, NH, scratch_, stream_),
@@ -287,6 +302,7 @@ void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qk
 
 void CudaBackend::ResidualForward(void* out, const void* a, const void* b, size_t n) {
   if (!Ok()) return;
+  ProfileScope profile(this, "ResidualForward");
   Check(cuda::ResidualForward(static_cast<bf16*>(out), static_cast<const bf16*>(a),
                               static_cast<const bf16*>(b), n, stream_),
         "ResidualForward");
@@ -295,6 +311,7 @@ void CudaBackend::ResidualForward(void* out, const void* a, const void* b, size_
 void CudaBackend::SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N,
                                       int V, int Vp, float dloss) {
   if (!Ok()) return;
+  ProfileScope profile(this, "SoftmaxCrossEntropy");
   BOULDER_REQUIRE(Vp % 8 == 0, absl::StrCat("padded vocab ", Vp, " is not a multiple of 8"));
   Check(cuda::SoftmaxCrossEntropy(losses, static_cast<bf16*>(logits), targets, N, V, Vp, dloss,
                                   stream_),
@@ -303,6 +320,7 @@ void CudaBackend::SoftmaxCrossEntropy(float* losses, void* logits, const int32_t
 
 void CudaBackend::NormSquared(float* out, const void* x, size_t n) {
   if (!Ok()) return;
+  ProfileScope profile(this, "NormSquared");
   Check(cuda::NormSquared(out, static_cast<const bf16*>(x), n, scratch_, stream_), "NormSquared");
 }
 
@@ -311,6 +329,7 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
                         float eps, float weight_decay, int t, float grad_scale,
                         const float* norm_sq, float max_norm) {
   if (!Ok()) return;
+  ProfileScope profile(this, "AdamW");
   Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
                     static_cast<const bf16*>(grads), static_cast<float*>(m),
                     static_cast<float*>(v), decay_mask, n, lr, beta1, beta2, eps, weight_decay,
@@ -320,7 +339,63 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
 
 void CudaBackend::Argmax(int32_t* out, const void* logits, int N, int V, int Vp) {
   if (!Ok()) return;
+  ProfileScope profile(this, "Argmax");
   Check(cuda::Argmax(out, static_cast<const bf16*>(logits), N, V, Vp, stream_), "Argmax");
+}
+
+cudaEvent_t CudaBackend::NewEvent() {
+  if (!event_pool_.empty()) {
+    cudaEvent_t e = event_pool_.back();
+    event_pool_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  Check(cudaEventCreate(&e), "cudaEventCreate");
+  return e;
+}
+
+CudaBackend::ProfileScope::ProfileScope(CudaBackend* b, const char* name) : b_(b), name_(name) {
+  if (!b_->profiling_) return;
+  start_ = b_->NewEvent();
+  if (start_) b_->Check(cudaEventRecord(start_, b_->stream_), "cudaEventRecord");
+}
+
+CudaBackend::ProfileScope::~ProfileScope() {
+  if (!start_) return;
+  cudaEvent_t end = b_->NewEvent();
+  if (!end) return;
+  b_->Check(cudaEventRecord(end, b_->stream_), "cudaEventRecord");
+  b_->timed_.push_back({name_, start_, end});
+}
+
+std::string CudaBackend::ProfileReport() {
+  if (timed_.empty() || !Synchronize().ok()) return "";
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows;
+  double total = 0;
+  for (const Timed& t : timed_) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t.start, t.end);
+    total += ms;
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == t.name; });
+    if (it == rows.end()) {
+      rows.push_back({t.name, {ms, 1}});
+    } else {
+      it->second.first += ms;
+      it->second.second += 1;
+    }
+    event_pool_.push_back(t.start);
+    event_pool_.push_back(t.end);
+  }
+  timed_.clear();
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::string out = absl::StrFormat("%-22s %10s %7s %8s\n", "op", "total ms", "share", "calls");
+  for (const auto& [name, v] : rows) {
+    out += absl::StrFormat("%-22s %10.2f %6.1f%% %8d\n", name, v.first, 100.0 * v.first / total,
+                           v.second);
+  }
+  out += absl::StrFormat("%-22s %10.2f\n", "all ops", total);
+  return out;
 }
 
 Scratch::~Scratch() {

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -69,8 +70,27 @@ class CudaBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
+  void EnableProfiling(bool on) override { profiling_ = on; }
+  std::string ProfileReport() override;
 
  private:
+  // Times one op between two events when profiling is on.
+  class ProfileScope {
+   public:
+    ProfileScope(CudaBackend* b, const char* name);
+    ~ProfileScope();
+
+   private:
+    CudaBackend* b_;
+    const char* name_;
+    cudaEvent_t start_ = nullptr;
+  };
+  struct Timed {
+    const char* name;
+    cudaEvent_t start, end;
+  };
+  cudaEvent_t NewEvent();
+
   CudaBackend() = default;
   // Records the first failure; true when the op may proceed.
   bool Ok() const { return sticky_.ok(); }
@@ -87,6 +107,9 @@ class CudaBackend final : public Backend {
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;
   int64_t device_total_ = 0;
+  bool profiling_ = false;
+  std::vector<Timed> timed_;
+  std::vector<cudaEvent_t> event_pool_;
 };
 
 }  // namespace boulder::kernels::cuda

@@ -1,0 +1,282 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/argmax.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/crossentropy.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/residual.h"
+
+namespace boulder::kernels::cpu {
+namespace {
+
+// Cache-line (and AVX-512 vector) alignment.
+constexpr size_t kAlignment = 64;
+
+template <typename S>
+S* As(void* p) {
+  return static_cast<S*>(p);
+}
+template <typename S>
+const S* As(const void* p) {
+  return static_cast<const S*>(p);
+}
+
+// FP32 -> BF16, round to nearest even; NaNs stay (quiet) NaNs.
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+int64_t PhysicalMemoryBytes() {
+  const int64_t pages = sysconf(_SC_PHYS_PAGES);
+  const int64_t page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<int64_t>(pages) * page_size;
+}
+
+}  // namespace
+
+template <typename S>
+CpuBackend<S>::CpuBackend(int num_threads) : threads_(ResolveThreads(num_threads)) {}
+
+template <typename S>
+CpuBackend<S>::~CpuBackend() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [ptr, bytes] : allocations_) std::free(ptr);
+}
+
+template <typename S>
+DType CpuBackend<S>::compute_dtype() const {
+  return sizeof(S) == sizeof(double) ? DType::kF64 : DType::kF32;
+}
+
+template <typename S>
+absl::StatusOr<void*> CpuBackend<S>::Alloc(size_t bytes) {
+  void* ptr = nullptr;
+  // A zero-byte request still gets a distinct pointer, so Free stays symmetric.
+  if (posix_memalign(&ptr, kAlignment, std::max<size_t>(bytes, 1)) != 0 || ptr == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cpu backend: cannot allocate ", bytes, " bytes of host memory"));
+  }
+  absl::MutexLock lock(&mu_);
+  allocations_.emplace(ptr, bytes);
+  allocated_bytes_ += static_cast<int64_t>(bytes);
+  peak_bytes_ = std::max(peak_bytes_, allocated_bytes_);
+  return ptr;
+}
+
+template <typename S>
+void CpuBackend<S>::Free(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) {
+      // Freeing memory this backend did not allocate is a caller bug that would corrupt
+      // the heap if let through.
+      std::fprintf(stderr, "cpu backend: Free(%p) of a pointer not from Alloc\n", ptr);
+      std::abort();
+    }
+    allocated_bytes_ -= static_cast<int64_t>(it->second);
+    allocations_.erase(it);
+  }
+  std::free(ptr);
+}
+
+template <typename S>
+void CpuBackend<S>::Memset0(void* ptr, size_t bytes) {
+  std::memset(ptr, 0, bytes);
+}
+
+template <typename S>
+void CpuBackend<S>::CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF64:
+      std::copy(src, src + n, As<double>(dst));
+      return;
+    case DType::kBF16:
+      std::transform(src, src + n, As<uint16_t>(dst), FloatToBf16);
+      return;
+  }
+}
+
+template <typename S>
+void CpuBackend<S>::CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF64: {
+      const double* s = As<double>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kBF16:
+      std::transform(As<uint16_t>(src), As<uint16_t>(src) + n, dst, Bf16ToFloat);
+      return;
+  }
+}
+
+template <typename S>
+void CpuBackend<S>::CopyFromHost(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+template <typename S>
+void CpuBackend<S>::CopyToHost(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+template <typename S>
+MemoryStats CpuBackend<S>::GetMemoryStats() const {
+  MemoryStats stats;
+  {
+    absl::MutexLock lock(&mu_);
+    stats.allocated_bytes = allocated_bytes_;
+    stats.peak_bytes = peak_bytes_;
+    stats.reserved_bytes = allocated_bytes_;
+  }
+  stats.device_total_bytes = PhysicalMemoryBytes();
+  return stats;
+}
+
+template <typename S>
+void CpuBackend<S>::EncoderForward(void* out, const int32_t* tokens, const void* wte,
+                                   const void* wpe, int B, int T, int C) {
+  cpu::EncoderForward(threads_, As<S>(out), tokens, As<S>(wte), As<S>(wpe), B, T, C);
+}
+
+template <typename S>
+void CpuBackend<S>::EncoderBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                    int B, int T, int C) {
+  cpu::EncoderBackward(threads_, As<S>(dwte), As<S>(dwpe), As<S>(dout), tokens, B, T, C);
+}
+
+template <typename S>
+void CpuBackend<S>::LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                                     const void* weight, const void* bias, int N, int C) {
+  cpu::LayerNormForward(threads_, As<S>(out), mean, rstd, As<S>(inp), As<S>(weight), As<S>(bias), N,
+                        C);
+}
+
+template <typename S>
+void CpuBackend<S>::LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                      const void* inp, const void* weight, const float* mean,
+                                      const float* rstd, int N, int C) {
+  cpu::LayerNormBackward(threads_, As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout),
+                         As<S>(inp), As<S>(weight), mean, rstd, N, C);
+}
+
+template <typename S>
+void CpuBackend<S>::MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                                  const void* bias, int N, int C, int OC, Epilogue epilogue) {
+  cpu::MatmulForward(threads_, As<S>(out), As<S>(pre_gelu), As<S>(inp), As<S>(weight), As<S>(bias),
+                     N, C, OC, epilogue);
+}
+
+template <typename S>
+void CpuBackend<S>::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
+                                   const void* pre_gelu, const void* inp, const void* weight, int N,
+                                   int C, int OC) {
+  cpu::MatmulBackward(threads_, As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout),
+                      As<S>(pre_gelu), As<S>(inp), As<S>(weight), N, C, OC);
+}
+
+template <typename S>
+void CpuBackend<S>::AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
+                                     int NH) {
+  cpu::AttentionForward(threads_, As<S>(out), stats, As<S>(qkv), B, T, C, NH);
+}
+
+template <typename S>
+void CpuBackend<S>::AttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                      const void* out, const float* stats, int B, int T, int C,
+                                      int NH) {
+  cpu::AttentionBackward(threads_, As<S>(dqkv), As<S>(dout), As<S>(qkv), As<S>(out), stats, B, T, C,
+                         NH);
+}
+
+template <typename S>
+void CpuBackend<S>::ResidualForward(void* out, const void* a, const void* b, size_t n) {
+  cpu::ResidualForward(threads_, As<S>(out), As<S>(a), As<S>(b), n);
+}
+
+template <typename S>
+void CpuBackend<S>::SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N,
+                                        int V, int Vp, float dloss) {
+  cpu::SoftmaxCrossEntropy(threads_, losses, As<S>(logits), targets, N, V, Vp, dloss);
+}
+
+template <typename S>
+void CpuBackend<S>::NormSquared(float* out, const void* x, size_t n) {
+  cpu::NormSquared(threads_, out, As<S>(x), n);
+}
+
+template <typename S>
+void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m, void* v,
+                          const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int t, float grad_scale,
+                          const float* norm_sq, float max_norm) {
+  AdamWParams p;
+  p.lr = lr;
+  p.beta1 = beta1;
+  p.beta2 = beta2;
+  p.eps = eps;
+  p.weight_decay = weight_decay;
+  p.t = t;
+  p.grad_scale = grad_scale;
+  p.norm_sq = norm_sq;
+  p.max_norm = max_norm;
+  cpu::AdamW(threads_, As<S>(params), As<S>(master), As<S>(grads), As<S>(m), As<S>(v), decay_mask,
+             n, p);
+}
+
+template <typename S>
+void CpuBackend<S>::Argmax(int32_t* out, const void* logits, int N, int V, int Vp) {
+  cpu::Argmax(threads_, out, As<S>(logits), N, V, Vp);
+}
+
+template class CpuBackend<float>;
+template class CpuBackend<double>;
+
+}  // namespace boulder::kernels::cpu
+
+namespace boulder::kernels {
+
+std::unique_ptr<Backend> NewCpuBackend(int num_threads) {
+  return std::make_unique<cpu::CpuBackend<float>>(num_threads);
+}
+
+std::unique_ptr<Backend> NewCpuBackendF64(int num_threads) {
+  return std::make_unique<cpu::CpuBackend<double>>(num_threads);
+}
+
+}  // namespace boulder::kernels
