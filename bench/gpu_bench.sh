@@ -5,9 +5,11 @@
 #   gpt2   GPT-2 124M (vocab 50257 -> 50304, 12 x 768, context 1024, untied head), 16 x 1024
 #   h2048  hidden 2048, 16 heads, 8 layers, FFN 8192, vocab 96, batch 8 x 1024
 #
-#   bench/gpu_bench.sh OUTDIR [--quick] [--workloads "seed gpt2 h2048"]
+#   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
 #
-# --quick times PyTorch eager only (no torch.compile: minutes of compilation). Writes
+# --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
+# runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
+# per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
 # OUTDIR/gpu-bench.md (the table) and OUTDIR/gpu-bench.json (the rows), plus one log per run.
 # Environment: BOULDER_TRAINER (default: boulder-trainer on PATH, e.g. from a gpu-bundle),
 # PYTHON (default python3).
@@ -15,10 +17,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: gpu_bench.sh OUTDIR [--quick] [--workloads LIST]}; shift
 QUICK=0
+PROFILE=0
 WORKLOADS="seed gpt2 h2048"
 while (($#)); do
   case "$1" in
     --quick) QUICK=1; shift ;;
+    --profile) PROFILE=1; shift ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
     *) echo "gpu_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -31,6 +35,10 @@ STEPS=40
 WARMUP=10
 
 rows=()
+report() {
+  "$PYTHON" bench/report.py --title "GPU benchmark: Boulder BF16 vs PyTorch ($GPU)" \
+      --md "$OUT/gpu-bench.md" --json "$OUT/gpu-bench.json" "${rows[@]}" > /dev/null
+}
 for w in $WORKLOADS; do
   case $w in
     seed)  B=32; T=256; model=(--set model.preset=minigpt); pt=(--preset minigpt) ;;
@@ -42,12 +50,18 @@ for w in $WORKLOADS; do
   esac
   name="$w b${B}x${T}"
   echo "== $name"
+  common=(--spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B
+          --set training.seq_len=$T --set training.log_every_steps=1 --set generation.tokens=0
+          --set precision=bf16 --backend cuda)
+  if ((PROFILE)); then
+    BOULDER_PROFILE_KERNELS=1 "$TRAINER" "${common[@]}" --set training.steps=12 \
+        > "$OUT/profile-$w.log" 2>&1
+    sed -n '/device time per op/,$p' "$OUT/profile-$w.log"
+  fi
   "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder --precision bf16 \
       --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
       --json "$OUT/$w-boulder-bf16.json" --log "$OUT/$w-boulder-bf16.log" -- \
-      "$TRAINER" --spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B \
-      --set training.seq_len=$T --set training.steps=$STEPS --set training.log_every_steps=1 \
-      --set generation.tokens=0 --set precision=bf16 --backend cuda --report-fd 1 --quiet \
+      "$TRAINER" "${common[@]}" --set training.steps=$STEPS --report-fd 1 --quiet \
       > "$OUT/$w-boulder-bf16.out" 2>&1 && rows+=("$OUT/$w-boulder-bf16.json")
   tail -1 "$OUT/$w-boulder-bf16.out"
   modes="eager"
@@ -59,7 +73,6 @@ for w in $WORKLOADS; do
         && rows+=("$OUT/$w-pytorch-$m.json")
     tail -1 "$OUT/$w-pytorch-$m.log"
   done
+  report  # after every workload, so a run cut short still leaves its table
 done
-"$PYTHON" bench/report.py --title "GPU benchmark: Boulder BF16 vs PyTorch ($GPU)" \
-    --md "$OUT/gpu-bench.md" --json "$OUT/gpu-bench.json" "${rows[@]}"
 cat "$OUT/gpu-bench.md"

@@ -7,6 +7,10 @@ namespace boulder::common {
 // The coordinator address the CLI uses when --coordinator is not given ("HOST:PORT").
 inline constexpr char kEnvCoordinator[] = "BOULDER_COORDINATOR";
 
+// When set (to anything but "0") in a trainer's environment, the backend times every op on the
+// device and the trainer prints the per-op table to stderr at the end (cuda backend only).
+inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
+
 }  // namespace boulder::common
 
 #endif  // BOULDER_COMMON_ENV_H_

@@ -130,6 +130,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   if (!model_or.ok()) return model_or.status();
   Model& model = **model_or;
 
+  if (o.profile_kernels) (*backend)->EnableProfiling(true);
   const ModelConfig& c = *config;
   Info(o, absl::StrFormat(
               "model: %d layers, hidden %d, %d heads, ffn %d, vocab %d (padded %d), context %d%s; "
@@ -191,6 +192,11 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
   }
 
+  if (o.profile_kernels) {
+    const std::string report = (*backend)->ProfileReport();
+    if (!report.empty()) Info(o, absl::StrCat("device time per op over ", total, " steps:\n", report));
+    (*backend)->EnableProfiling(false);
+  }
   const int n = spec.generation().tokens();
   if (n > 0) {
     if (Stopped(o)) {

@@ -43,6 +43,10 @@ struct TrainerOptions {
   // micro-batch boundary. May be null.
   const std::atomic<bool>* stop = nullptr;
 
+  // Time every backend op on the device and pass the per-op table to on_info at the end
+  // (backends without device timers print nothing).
+  bool profile_kernels = false;
+
   // Each may be empty.
   std::function<void(const v1::StepReport&)> on_step;
   std::function<void(const v1::GenerationResult&)> on_generation;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -20,6 +21,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/env.h"
 #include "common/spec.h"
 #include "worker/engine/report_format.h"
 #include "worker/engine/trainer.h"
@@ -146,6 +148,8 @@ int main(int argc, char** argv) {
   options.rank = rank;
   options.world_size = world_size;
   options.stop = &g_stop;
+  const char* profile = std::getenv(boulder::common::kEnvProfileKernels);
+  options.profile_kernels = profile != nullptr && std::string(profile) != "0";
   options.on_info = [quiet](absl::string_view line) {
     if (!quiet) std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
     std::fflush(stdout);
