@@ -11,7 +11,8 @@
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
 # OUTDIR/gpu-bench.md (the table) and OUTDIR/gpu-bench.json (the rows), plus one log per run.
-# Environment: BOULDER_TRAINER (default: boulder-trainer on PATH, e.g. from a gpu-bundle),
+# Environment: BOULDER_COMMIT (the commit measured, recorded in every row; the GPU machine's copy
+# of the tree has no .git), BOULDER_TRAINER (default: boulder-trainer on PATH, e.g. from a gpu-bundle),
 # PYTHON (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -122,6 +122,9 @@ def flops_per_step(a):
 
 
 def git_commit():
+    # The GPU machine gets a copy of the tree without .git: the caller passes the commit.
+    if os.environ.get("BOULDER_COMMIT"):
+        return os.environ["BOULDER_COMMIT"]
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
