@@ -9,7 +9,10 @@
 # Fails (exit 1) when a library cannot be found or belongs to no package: an image built
 # anyway would fail at start. The NVIDIA driver's libraries are the exception: the build
 # stage has only link stubs of them, and the NVIDIA container runtime mounts the host
-# driver's copies into the container when it starts.
+# driver's copies into the container when it starts. The CUDA toolkit's own runtime libraries
+# (cudart, cuBLAS/cuBLASLt, NCCL) are skipped too: the worker's runtime stage is NVIDIA's CUDA
+# runtime image, which carries them, and a toolkit unpacked outside dpkg (/usr/local/cuda)
+# belongs to no package.
 set -euo pipefail
 
 if [ $# -eq 0 ]; then
@@ -46,6 +49,7 @@ for bin in "$@"; do
           echo "runtime-deps: $bin needs $lib, which is not installed" >&2
           status=1
         fi ;;
+      libcudart.so*|libcublas.so*|libcublasLt.so*|libnccl.so*) ;;  # in the CUDA runtime image
       *"=> /"*)
         path=${line#*=> }
         libs+=("${path%% (*}") ;;
