@@ -9,6 +9,8 @@
 //   Backward (deterministic: no atomics): D = rowsum(dO ∘ O); then one kernel per key tile
 //     accumulates dK, dV over the query tiles at or after it, and one kernel per query tile
 //     accumulates dQ over the key tiles up to it. P is recomputed from Q, K and the stats.
+//     dK, dV and dQ accumulate in registers (WMMA fragments), so a head size of 64 fits two
+//     blocks per multiprocessor.
 //     dS = P ∘ (dP − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q, dV = Pᵀ·dO. Every element of
 //     dqkv is written (=).
 #include <mma.h>
@@ -100,6 +102,59 @@ __device__ void AccumulatePV(float* acc_strip, const bf16* p, const bf16* v) {
     }
     wmma::store_matrix_sync(acc_strip + j * 16, acc, kOLd, wmma::mem_row_major);
   }
+}
+
+// acc[j] (16 × 16 FP32 fragments covering a 16 × HS strip, kept in registers across the loop)
+// += a · b, a a 16 × 64 BF16 strip (or, with kTransposeA, the transpose of a 64 × 16 column
+// block of a [64 × 64] tile, ld kPLd), b a [64 × HS] tile.
+template <int HS, bool kTransposeA>
+__device__ void AccumulateInRegisters(FragC (&acc)[HS / 16], const bf16* a, const bf16* b) {
+  constexpr int kLd = Dims<HS>::kLd;
+#pragma unroll
+  for (int k = 0; k < kTile / 16; ++k) {
+    if constexpr (kTransposeA) {
+      FragAT fa;
+      wmma::load_matrix_sync(fa, a + k * 16 * kPLd, kPLd);
+#pragma unroll
+      for (int j = 0; j < HS / 16; ++j) {
+        FragB fb;
+        wmma::load_matrix_sync(fb, b + k * 16 * kLd + j * 16, kLd);
+        wmma::mma_sync(acc[j], fa, fb, acc[j]);
+      }
+    } else {
+      FragA fa;
+      wmma::load_matrix_sync(fa, a + k * 16, kPLd);
+#pragma unroll
+      for (int j = 0; j < HS / 16; ++j) {
+        FragB fb;
+        wmma::load_matrix_sync(fb, b + k * 16 * kLd + j * 16, kLd);
+        wmma::mma_sync(acc[j], fa, fb, acc[j]);
+      }
+    }
+  }
+}
+
+// Writes a warp's 16 × HS register strip, times `scale`, as BF16 rows [row0, row0 + 16) (rows
+// at or past T skipped) of a tensor with row stride `stride`, through the warp's part of a
+// shared staging area (16 × kOLd floats).
+template <int HS>
+__device__ void StoreStrip(bf16* dst, size_t stride, int row0, int T, FragC (&acc)[HS / 16],
+                           float* staging, float scale) {
+  constexpr int kOLd = Dims<HS>::kOLd, kVecs = HS / 8;
+#pragma unroll
+  for (int j = 0; j < HS / 16; ++j)
+    wmma::store_matrix_sync(staging + j * 16, acc[j], kOLd, wmma::mem_row_major);
+  __syncwarp();
+  const int lane = threadIdx.x % 32;
+  for (int i = lane; i < 16 * kVecs; i += 32) {
+    int row = i / kVecs, c = (i % kVecs) * 8;
+    if (row0 + row >= T) continue;
+    Bf16x8 v;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v.v[k] = __float2bfloat16(staging[row * kOLd + c + k] * scale);
+    Store8(dst + size_t(row0 + row) * stride + c, v);
+  }
+  __syncwarp();
 }
 
 template <int HS>
@@ -223,8 +278,6 @@ __global__ void __launch_bounds__(kThreads)
   float* dP = reinterpret_cast<float*>(p); p += D::kSBytes;
   bf16* Pb = reinterpret_cast<bf16*>(p); p += D::kPBytes;
   bf16* dSb = reinterpret_cast<bf16*>(p); p += D::kPBytes;
-  float* dK = reinterpret_cast<float*>(p); p += D::kOBytes;
-  float* dV = reinterpret_cast<float*>(p); p += D::kOBytes;
 
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int nqb = gridDim.x;
@@ -237,7 +290,13 @@ __global__ void __launch_bounds__(kThreads)
 
   LoadTile<HS>(Ks, base + C, kb * kTile, T, stride);
   LoadTile<HS>(Vs, base + 2 * C, kb * kTile, T, stride);
-  for (int i = threadIdx.x; i < kTile * D::kOLd; i += kThreads) dK[i] = dV[i] = 0.f;
+  // This warp's 16 key rows of dK and dV, accumulated in registers over the query tiles.
+  FragC dK[HS / 16], dV[HS / 16];
+#pragma unroll
+  for (int j = 0; j < HS / 16; ++j) {
+    wmma::fill_fragment(dK[j], 0.f);
+    wmma::fill_fragment(dV[j], 0.f);
+  }
   const int r = warp * 16 + lane / 2, half = lane % 2;
 
   for (int qb = kb; qb < nqb; ++qb) {
@@ -254,25 +313,15 @@ __global__ void __launch_bounds__(kThreads)
                l, dq);
     __syncthreads();
     // This warp's 16 key rows: dV += Pᵀ·dO, dK += dSᵀ·Q.
-    AccumulatePV<HS, true>(dV + warp * 16 * D::kOLd, Pb + warp * 16, dOs);
-    AccumulatePV<HS, true>(dK + warp * 16 * D::kOLd, dSb + warp * 16, Qs);
+    AccumulateInRegisters<HS, true>(dV, Pb + warp * 16, dOs);
+    AccumulateInRegisters<HS, true>(dK, dSb + warp * 16, Qs);
   }
+  // S and dP (contiguous) become the staging area: every warp must be done with them.
   __syncthreads();
-  constexpr int kVecs = HS / 8;
-  for (int i = threadIdx.x; i < kTile * kVecs; i += kThreads) {
-    int row = i / kVecs, c = (i % kVecs) * 8;
-    int t = kb * kTile + row;
-    if (t >= T) continue;
-    bf16* dst = dqkv + (size_t(b) * T + t) * stride + h * HS + c;
-    Bf16x8 vk, vv;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      vk.v[k] = __float2bfloat16(dK[row * D::kOLd + c + k] * scale);
-      vv.v[k] = __float2bfloat16(dV[row * D::kOLd + c + k]);
-    }
-    Store8(dst + C, vk);
-    Store8(dst + 2 * C, vv);
-  }
+  float* staging = S + warp * 16 * D::kOLd;
+  bf16* dst = dqkv + size_t(b) * T * stride + h * HS;
+  StoreStrip<HS>(dst + C, stride, kb * kTile + warp * 16, T, dK, staging, scale);
+  StoreStrip<HS>(dst + 2 * C, stride, kb * kTile + warp * 16, T, dV, staging, 1.f);
 }
 
 template <int HS>
@@ -289,7 +338,6 @@ __global__ void __launch_bounds__(kThreads)
   float* S = reinterpret_cast<float*>(p); p += D::kSBytes;
   float* dP = reinterpret_cast<float*>(p); p += D::kSBytes;
   bf16* dSb = reinterpret_cast<bf16*>(p); p += D::kPBytes;
-  float* dQ = reinterpret_cast<float*>(p); p += D::kOBytes;
 
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -303,7 +351,9 @@ __global__ void __launch_bounds__(kThreads)
 
   LoadTile<HS>(Qs, base, qb * kTile, T, stride);
   LoadTile<HS>(dOs, dobase, qb * kTile, T, C);
-  for (int i = threadIdx.x; i < kTile * D::kOLd; i += kThreads) dQ[i] = 0.f;
+  FragC dQ[HS / 16];  // this warp's 16 query rows, in registers
+#pragma unroll
+  for (int j = 0; j < HS / 16; ++j) wmma::fill_fragment(dQ[j], 0.f);
 
   for (int kb = 0; kb <= qb; ++kb) {
     __syncthreads();
@@ -316,19 +366,11 @@ __global__ void __launch_bounds__(kThreads)
     ProbsAndDs(nullptr, dSb + r * kPLd, S + r * kSLd, dP + r * kSLd, q, kb, half, T, scale, l,
                dq);
     __syncwarp();
-    AccumulatePV<HS, false>(dQ + warp * 16 * D::kOLd, dSb + warp * 16 * kPLd, Ks);
+    AccumulateInRegisters<HS, false>(dQ, dSb + warp * 16 * kPLd, Ks);
   }
-  __syncwarp();
-  if (q < T) {
-    const float* row = dQ + r * D::kOLd + half * (HS / 2);
-    bf16* dst = dqkv + (size_t(b) * T + q) * stride + h * HS + half * (HS / 2);
-    for (int c = 0; c < HS / 2; c += 8) {
-      Bf16x8 v;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v.v[k] = __float2bfloat16(row[c + k] * scale);
-      Store8(dst + c, v);
-    }
-  }
+  __syncthreads();  // S and dP become the staging area
+  StoreStrip<HS>(dqkv + size_t(b) * T * stride + h * HS, stride, qb * kTile + warp * 16, T, dQ,
+                 S + warp * 16 * D::kOLd, scale);
 }
 
 template <int HS>
@@ -336,15 +378,18 @@ constexpr int ForwardSmem() {
   using D = Dims<HS>;
   return 3 * D::kTileBytes + D::kSBytes + D::kPBytes + D::kOBytes;
 }
+// The backward kernels keep their accumulators in registers and stage the final strips
+// through the S and dP tiles, which must be large enough.
 template <int HS>
 constexpr int BackwardKVSmem() {
   using D = Dims<HS>;
-  return 4 * D::kTileBytes + 2 * D::kSBytes + 2 * D::kPBytes + 2 * D::kOBytes;
+  static_assert(2 * D::kSBytes >= D::kOBytes, "staging does not fit in S and dP");
+  return 4 * D::kTileBytes + 2 * D::kSBytes + 2 * D::kPBytes;
 }
 template <int HS>
 constexpr int BackwardQSmem() {
   using D = Dims<HS>;
-  return 4 * D::kTileBytes + 2 * D::kSBytes + D::kPBytes + D::kOBytes;
+  return 4 * D::kTileBytes + 2 * D::kSBytes + D::kPBytes;
 }
 
 template <int HS>
