@@ -315,6 +315,8 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
     attempt_options.threads = options_.threads;
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;
+    attempt_options.peak_flops =
+        PeakFlops(capabilities_, assignment.spec().precision(), options_.threads);
     attempt_options.log = options_.log;
     attempt_options.on_exit = [this] { WakeReporter(); };
     attempt = std::make_shared<Attempt>(assignment, std::move(attempt_options));

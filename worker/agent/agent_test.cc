@@ -356,7 +356,7 @@ TEST_F(AgentTest, RunsAnAssignmentAndReportsItsStepsLogsAndExit) {
     return s.heartbeats.size() > seen + 1 && s.heartbeats.back().running_size() == 0;
   }));
   const std::string metrics = agent_->metrics().Render();
-  EXPECT_THAT(metrics, HasSubstr("boulder_trainer_loss{job=\"7\",rank=\"0\"} 1.33333"));
+  EXPECT_THAT(metrics, HasSubstr("boulder_trainer_loss{job_id=\"7\",rank=\"0\"} 1.33333"));
   EXPECT_THAT(metrics, HasSubstr("boulder_trainer_exits_total{code=\"3\"} 1"));
 }
 

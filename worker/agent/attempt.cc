@@ -85,6 +85,7 @@ Attempt::Attempt(v1::Assignment assignment, AttemptOptions options)
       options_(std::move(options)),
       label_(absl::StrCat("job ", assignment_.job_id(), " attempt ", assignment_.attempt(),
                           " rank ", assignment_.rank())),
+      mfu_{ModelFlopsPerToken(assignment_.spec()), options_.peak_flops},
       buffer_(options_.buffer_limits) {}
 
 Attempt::~Attempt() {
@@ -113,7 +114,7 @@ TrainerCallbacks Attempt::Callbacks() {
         step->set_rank(assignment_.rank());
         if (!step->has_time()) *step->mutable_time() = Now();
         if (options_.metrics != nullptr) {
-          options_.metrics->RecordStep(assignment_.job_id(), assignment_.rank(), *step);
+          options_.metrics->RecordStep(assignment_.job_id(), assignment_.rank(), *step, mfu_);
         }
         buffer_.AddStep(std::move(*step));
         break;

@@ -38,6 +38,8 @@ struct AttemptOptions {
   int threads = 0;           // --threads for the trainer; 0: all cores
   ReportBuffer::Limits buffer_limits;
   AgentMetrics* metrics = nullptr;  // not owned; may be null
+  // The device's peak FLOP/s for this job's precision (PeakFlops); 0: unknown, no MFU metric.
+  double peak_flops = 0;
   // A diagnostic line about this attempt (already prefixed with its label).
   std::function<void(absl::string_view)> log;
   // The attempt has ended (its exit is ready to report).
@@ -94,6 +96,7 @@ class Attempt {
   const v1::Assignment assignment_;
   const AttemptOptions options_;
   const std::string label_;
+  const MfuInputs mfu_;
   ReportBuffer buffer_;
   int malformed_lines_ = 0;  // supervisor thread only
 

@@ -1,12 +1,20 @@
 #include "worker/agent/metrics.h"
 
 #include <exception>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -25,19 +33,92 @@ const prometheus::Histogram::BucketBoundaries& StepBuckets() {
   return *buckets;
 }
 
+// FP8 series per trainer at most: layers x 4 tensors x 3 roles stays far below it; a trainer
+// reporting more (a bug) must not grow the exposition without bound.
+constexpr size_t kMaxFp8SeriesPerTrainer = 4096;
+
+// Dense BF16 tensor-core peaks (FLOP/s, without sparsity) by a substring of the CUDA device
+// name, first match wins: NVIDIA's data sheets, SXM figures where a part comes in several.
+struct GpuPeak {
+  const char* name;
+  double bf16_flops;
+};
+constexpr GpuPeak kGpuPeaks[] = {
+    {"GH200", 989.4e12}, {"H200", 989.4e12}, {"H100 PCIe", 756.5e12}, {"H100", 989.4e12},
+    {"H800", 989.4e12},  {"A100", 312e12},   {"A800", 312e12},        {"L40S", 362.05e12},
+    {"L40", 181.05e12},  {"L4", 121e12},
+};
+
 }  // namespace
 
-// Refreshes the heartbeat age at scrape time, so it is exact whenever it is read.
+double ModelFlopsPerToken(const v1::JobSpec& spec) {
+  const double c = spec.model().hidden();
+  const double layers = spec.model().layers();
+  const double f = spec.model().ffn();
+  const double v = spec.model().vocab_size();
+  const double t = spec.training().seq_len();
+  if (c <= 0 || layers <= 0 || f <= 0 || v <= 0 || t <= 0) return 0;
+  const double matmul_weights = layers * (4 * c * c + 2 * c * f) + v * c;
+  return 6 * matmul_weights + 12 * layers * t * c;
+}
+
+double CpuPeakFlops(absl::string_view cpuinfo, int cores) {
+  double mhz = 0;
+  std::set<std::string, std::less<>> flags;
+  // The first processor's lines describe them all.
+  for (absl::string_view line : absl::StrSplit(cpuinfo, '\n')) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    const absl::string_view key = absl::StripAsciiWhitespace(line.substr(0, colon));
+    const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    if (key == "cpu MHz" && mhz == 0) {
+      if (!absl::SimpleAtod(value, &mhz)) mhz = 0;
+    } else if (key == "flags" && flags.empty()) {
+      for (absl::string_view flag : absl::StrSplit(value, ' ', absl::SkipEmpty())) {
+        flags.emplace(flag);
+      }
+    }
+  }
+  if (mhz <= 0 || cores <= 0) return 0;
+  // FP32 lanes x 2 FMA pipes x 2 FLOPs per fused multiply-add.
+  double per_cycle = 8;
+  if (flags.count("avx512f") > 0) {
+    per_cycle = 64;
+  } else if (flags.count("avx2") > 0 && flags.count("fma") > 0) {
+    per_cycle = 32;
+  } else if (flags.count("avx") > 0 || flags.count("avx2") > 0) {
+    per_cycle = 16;
+  }
+  return cores * mhz * 1e6 * per_cycle;
+}
+
+double PeakFlops(const v1::WorkerCapabilities& capabilities, absl::string_view precision,
+                 int threads) {
+  if (capabilities.backend() == "cuda") {
+    for (const GpuPeak& gpu : kGpuPeaks) {
+      if (!absl::StrContains(capabilities.gpu_name(), gpu.name)) continue;
+      const int sm =
+          capabilities.compute_capability_major() * 10 + capabilities.compute_capability_minor();
+      const bool has_fp8 = sm >= 89;
+      if (precision == "fp8" && has_fp8) return 2 * gpu.bf16_flops;
+      if (precision == "fp32") return gpu.bf16_flops / 2;
+      return gpu.bf16_flops;
+    }
+    return 0;
+  }
+  std::ifstream in("/proc/cpuinfo");
+  const std::string cpuinfo((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return CpuPeakFlops(cpuinfo, threads > 0 ? threads : capabilities.cpu_cores());
+}
+
+// Refreshes the heartbeat age at scrape time, so it is exact whenever it is read, and collects
+// under mu_, which RecordStep holds while it sets a report's values, so a scrape is consistent.
 class AgentMetrics::Collector : public prometheus::Collectable {
  public:
   explicit Collector(const AgentMetrics* metrics) : metrics_(metrics) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
-    absl::Time last;
-    {
-      std::lock_guard<std::mutex> lock(metrics_->mu_);
-      last = metrics_->last_heartbeat_;
-    }
-    metrics_->heartbeat_age_.Set(absl::ToDoubleSeconds(absl::Now() - last));
+    std::lock_guard<std::mutex> lock(metrics_->mu_);
+    metrics_->heartbeat_age_.Set(absl::ToDoubleSeconds(absl::Now() - metrics_->last_heartbeat_));
     return metrics_->registry_->Collect();
   }
 
@@ -91,6 +172,29 @@ AgentMetrics::AgentMetrics()
                                .Name("boulder_device_memory_total_bytes")
                                .Help("Memory of the trainer's device (cpu: physical RAM)")
                                .Register(*registry_)),
+      mfu_(BuildGauge()
+               .Name("boulder_trainer_mfu_ratio")
+               .Help("Model FLOP utilisation of the last optimizer step: tokens/s x model "
+                     "FLOPs per token / the device's peak FLOP/s (cpu: an estimate)")
+               .Register(*registry_)),
+      fp8_scale_(BuildGauge()
+                     .Name("boulder_trainer_fp8_scale")
+                     .Help("FP8 scaling factor of a tensor after the last step's update")
+                     .Register(*registry_)),
+      fp8_amax_(BuildGauge()
+                    .Name("boulder_trainer_fp8_amax")
+                    .Help("Largest absolute value of an FP8 tensor in the last step")
+                    .Register(*registry_)),
+      fp8_saturated_(BuildGauge()
+                         .Name("boulder_trainer_fp8_saturated_ratio")
+                         .Help("Fraction of an FP8 tensor's values clipped to the format's "
+                               "maximum in the last step")
+                         .Register(*registry_)),
+      fp8_underflow_(BuildGauge()
+                         .Name("boulder_trainer_fp8_underflow_ratio")
+                         .Help("Fraction of an FP8 tensor's non-zero values that rounded to "
+                               "zero in the last step")
+                         .Register(*registry_)),
       exits_(BuildCounter()
                  .Name("boulder_trainer_exits_total")
                  .Help("Trainer processes that ended, by exit code (or signal_N)")
@@ -105,8 +209,13 @@ AgentMetrics::AgentMetrics()
       last_heartbeat_(absl::Now()) {}
 
 AgentMetrics::~AgentMetrics() {
-  std::lock_guard<std::mutex> lock(mu_);
-  exposer_.reset();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exposer = std::move(exposer_);
+  }
+  // Outside mu_: stopping the exposer waits for a scrape in progress, which takes mu_.
+  exposer.reset();
 }
 
 absl::StatusOr<int> AgentMetrics::Serve(const std::string& listen) {
@@ -138,7 +247,7 @@ AgentMetrics::TrainerSeries& AgentMetrics::SeriesLocked(int64_t job_id, int32_t 
   const auto key = std::make_pair(job_id, rank);
   auto it = series_.find(key);
   if (it != series_.end()) return it->second;
-  const std::map<std::string, std::string> labels = {{"job", absl::StrCat(job_id)},
+  const std::map<std::string, std::string> labels = {{"job_id", absl::StrCat(job_id)},
                                                      {"rank", absl::StrCat(rank)}};
   TrainerSeries s;
   s.loss = &loss_.Add(labels);
@@ -155,7 +264,8 @@ AgentMetrics::TrainerSeries& AgentMetrics::SeriesLocked(int64_t job_id, int32_t 
   return series_.emplace(key, s).first->second;
 }
 
-void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport& step) {
+void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport& step,
+                              MfuInputs mfu) {
   std::lock_guard<std::mutex> lock(mu_);
   TrainerSeries& s = SeriesLocked(job_id, rank);
   s.loss->Set(step.loss());
@@ -163,6 +273,13 @@ void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport
   s.grad_norm->Set(step.grad_norm());
   s.step->Set(static_cast<double>(step.step()));
   s.tokens_per_second->Set(step.tokens_per_second());
+  if (mfu.model_flops_per_token > 0 && mfu.peak_flops > 0) {
+    if (s.mfu == nullptr) {
+      s.mfu = &mfu_.Add({{"job_id", absl::StrCat(job_id)}, {"rank", absl::StrCat(rank)}});
+    }
+    s.mfu->Set(step.tokens_per_second() * mfu.model_flops_per_token / mfu.peak_flops);
+  }
+  RecordFp8Locked(job_id, rank, s, step);
   if (step.step_time_seconds() > 0) s.step_duration->Observe(step.step_time_seconds());
   // tokens_processed is cumulative per attempt: count what is new since the last report, and
   // start over when a new attempt's count restarts lower.
@@ -179,6 +296,32 @@ void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport
     s.memory_peak->Set(static_cast<double>(step.memory().peak_bytes()));
     s.memory_reserved->Set(static_cast<double>(step.memory().reserved_bytes()));
     s.device_memory_total->Set(static_cast<double>(step.memory().device_total_bytes()));
+  }
+}
+
+void AgentMetrics::RecordFp8Locked(int64_t job_id, int32_t rank, TrainerSeries& s,
+                                   const v1::StepReport& step) {
+  for (const v1::Fp8TensorStats& t : step.fp8()) {
+    auto key = std::make_tuple(t.layer(), t.tensor(), t.role());
+    auto it = s.fp8.find(key);
+    if (it == s.fp8.end()) {
+      if (s.fp8.size() >= kMaxFp8SeriesPerTrainer) continue;
+      const std::map<std::string, std::string> labels = {{"job_id", absl::StrCat(job_id)},
+                                                         {"rank", absl::StrCat(rank)},
+                                                         {"layer", absl::StrCat(t.layer())},
+                                                         {"tensor", t.tensor()},
+                                                         {"role", t.role()}};
+      Fp8Series f;
+      f.scale = &fp8_scale_.Add(labels);
+      f.amax = &fp8_amax_.Add(labels);
+      f.saturated_ratio = &fp8_saturated_.Add(labels);
+      f.underflow_ratio = &fp8_underflow_.Add(labels);
+      it = s.fp8.emplace(std::move(key), f).first;
+    }
+    it->second.scale->Set(t.scale());
+    it->second.amax->Set(t.amax());
+    it->second.saturated_ratio->Set(t.saturated_ratio());
+    it->second.underflow_ratio->Set(t.underflow_ratio());
   }
 }
 

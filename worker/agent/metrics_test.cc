@@ -62,22 +62,24 @@ TEST(AgentMetricsTest, StepReportsSetTheTrainerSeries) {
   metrics.RecordStep(7, 0, Step(1, 3.5, 512));
   metrics.RecordStep(7, 0, Step(2, 2.5, 1024));
   const std::string text = metrics.Render();
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_loss{job=\"7\",rank=\"0\"} 2.5"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_step{job=\"7\",rank=\"0\"} 2"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_learning_rate{job=\"7\",rank=\"0\"} 0.0003"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_grad_norm{job=\"7\",rank=\"0\"} 1.5"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_tokens_total{job=\"7\",rank=\"0\"} 1024"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_tokens_per_second{job=\"7\",rank=\"0\"} 2048"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_loss{job_id=\"7\",rank=\"0\"} 2.5"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_step{job_id=\"7\",rank=\"0\"} 2"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_learning_rate{job_id=\"7\",rank=\"0\"} 0.0003"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_grad_norm{job_id=\"7\",rank=\"0\"} 1.5"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_tokens_total{job_id=\"7\",rank=\"0\"} 1024"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_tokens_per_second{job_id=\"7\",rank=\"0\"} 2048"));
   EXPECT_THAT(text,
-              HasSubstr("boulder_trainer_step_duration_seconds_count{job=\"7\",rank=\"0\"} 2"));
+              HasSubstr("boulder_trainer_step_duration_seconds_count{job_id=\"7\",rank=\"0\"} 2"));
   EXPECT_THAT(
       text,
       HasSubstr(
-          "boulder_trainer_step_duration_seconds_bucket{job=\"7\",rank=\"0\",le=\"0.25\"} 2"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_memory_allocated_bytes{job=\"7\",rank=\"0\"} 1000"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_memory_peak_bytes{job=\"7\",rank=\"0\"} 2000"));
-  EXPECT_THAT(text, HasSubstr("boulder_trainer_memory_reserved_bytes{job=\"7\",rank=\"0\"} 3000"));
-  EXPECT_THAT(text, HasSubstr("boulder_device_memory_total_bytes{job=\"7\",rank=\"0\"} 4000"));
+          "boulder_trainer_step_duration_seconds_bucket{job_id=\"7\",rank=\"0\",le=\"0.25\"} 2"));
+  EXPECT_THAT(text,
+              HasSubstr("boulder_trainer_memory_allocated_bytes{job_id=\"7\",rank=\"0\"} 1000"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_memory_peak_bytes{job_id=\"7\",rank=\"0\"} 2000"));
+  EXPECT_THAT(text,
+              HasSubstr("boulder_trainer_memory_reserved_bytes{job_id=\"7\",rank=\"0\"} 3000"));
+  EXPECT_THAT(text, HasSubstr("boulder_device_memory_total_bytes{job_id=\"7\",rank=\"0\"} 4000"));
 }
 
 TEST(AgentMetricsTest, TokensRestartCountingWhenANewAttemptStartsLower) {
@@ -85,7 +87,7 @@ TEST(AgentMetricsTest, TokensRestartCountingWhenANewAttemptStartsLower) {
   metrics.RecordStep(3, 1, Step(1, 1.0, 600));
   metrics.RecordStep(3, 1, Step(1, 1.0, 100));
   EXPECT_THAT(metrics.Render(),
-              HasSubstr("boulder_trainer_tokens_total{job=\"3\",rank=\"1\"} 700"));
+              HasSubstr("boulder_trainer_tokens_total{job_id=\"3\",rank=\"1\"} 700"));
 }
 
 TEST(AgentMetricsTest, CountsExitsByCodeOrSignal) {
@@ -118,13 +120,98 @@ TEST(AgentMetricsTest, ServesTheExpositionOverHttp) {
   ASSERT_GT(*port, 0);
   const std::string response = HttpGet(*port);
   EXPECT_THAT(response, HasSubstr("200 OK"));
-  EXPECT_THAT(response, HasSubstr("boulder_trainer_loss{job=\"11\",rank=\"0\"} 0.125"));
+  EXPECT_THAT(response, HasSubstr("boulder_trainer_loss{job_id=\"11\",rank=\"0\"} 0.125"));
 
   EXPECT_EQ(metrics.Serve("127.0.0.1:0").status().code(), absl::StatusCode::kFailedPrecondition);
   AgentMetrics other;
   const absl::Status taken = other.Serve(absl::StrCat("127.0.0.1:", *port)).status();
   EXPECT_EQ(taken.code(), absl::StatusCode::kUnavailable) << taken;
   EXPECT_THAT(taken.message(), HasSubstr(absl::StrCat("--metrics-listen 127.0.0.1:", *port)));
+}
+
+v1::JobSpec MiniGptSpec() {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_vocab_size(96);
+  spec.mutable_model()->set_hidden(768);
+  spec.mutable_model()->set_heads(12);
+  spec.mutable_model()->set_layers(4);
+  spec.mutable_model()->set_ffn(3072);
+  spec.mutable_model()->set_context(256);
+  spec.mutable_training()->set_seq_len(256);
+  return spec;
+}
+
+TEST(ModelFlopsTest, SixPerMatmulWeightPlusAttention) {
+  // 6 * (4 * (4 * 768^2 + 2 * 768 * 3072) + 96 * 768) + 12 * 4 * 256 * 768.
+  EXPECT_DOUBLE_EQ(ModelFlopsPerToken(MiniGptSpec()), 170311680.0 + 9437184.0);
+  v1::JobSpec missing = MiniGptSpec();
+  missing.mutable_training()->clear_seq_len();
+  EXPECT_EQ(ModelFlopsPerToken(missing), 0.0);
+}
+
+TEST(PeakFlopsTest, CpuEstimateFromClockAndWidestFma) {
+  const std::string avx512 =
+      "processor\t: 0\ncpu MHz\t\t: 2000.000\nflags\t\t: fpu sse2 avx avx2 fma avx512f\n"
+      "processor\t: 1\ncpu MHz\t\t: 3000.000\n";
+  EXPECT_DOUBLE_EQ(CpuPeakFlops(avx512, 2), 2 * 2000e6 * 64);
+  EXPECT_DOUBLE_EQ(CpuPeakFlops("cpu MHz : 1000\nflags : avx2 fma\n", 1), 1000e6 * 32);
+  EXPECT_DOUBLE_EQ(CpuPeakFlops("cpu MHz : 1000\nflags : avx2\n", 1), 1000e6 * 16);
+  EXPECT_DOUBLE_EQ(CpuPeakFlops("cpu MHz : 1000\nflags : sse2\n", 3), 3 * 1000e6 * 8);
+  EXPECT_EQ(CpuPeakFlops("flags : avx2 fma\n", 4), 0.0);
+}
+
+TEST(PeakFlopsTest, GpuPeakFromTheTableByPrecision) {
+  v1::WorkerCapabilities h200;
+  h200.set_backend("cuda");
+  h200.set_gpu_name("NVIDIA H200");
+  h200.set_compute_capability_major(9);
+  h200.set_compute_capability_minor(0);
+  EXPECT_DOUBLE_EQ(PeakFlops(h200, "bf16", 0), 989.4e12);
+  EXPECT_DOUBLE_EQ(PeakFlops(h200, "fp8", 0), 2 * 989.4e12);
+  EXPECT_DOUBLE_EQ(PeakFlops(h200, "fp32", 0), 989.4e12 / 2);
+  v1::WorkerCapabilities a100 = h200;
+  a100.set_gpu_name("NVIDIA A100-SXM4-80GB");
+  a100.set_compute_capability_major(8);
+  EXPECT_DOUBLE_EQ(PeakFlops(a100, "fp8", 0), 312e12);
+  v1::WorkerCapabilities pcie = h200;
+  pcie.set_gpu_name("NVIDIA H100 PCIe");
+  EXPECT_DOUBLE_EQ(PeakFlops(pcie, "bf16", 0), 756.5e12);
+  v1::WorkerCapabilities unknown = h200;
+  unknown.set_gpu_name("NVIDIA GeForce GTX 1080");
+  EXPECT_EQ(PeakFlops(unknown, "bf16", 0), 0.0);
+}
+
+TEST(AgentMetricsTest, MfuIsTokensPerSecondTimesFlopsPerTokenOverPeak) {
+  AgentMetrics metrics;
+  metrics.RecordStep(4, 0, Step(1, 1.0, 2048));
+  EXPECT_THAT(metrics.Render(), Not(HasSubstr("boulder_trainer_mfu_ratio{")));
+  // 2048 tokens/s x 1e9 FLOPs per token over 8e12 FLOP/s.
+  metrics.RecordStep(4, 0, Step(2, 1.0, 4096), MfuInputs{1e9, 8e12});
+  EXPECT_THAT(metrics.Render(),
+              HasSubstr("boulder_trainer_mfu_ratio{job_id=\"4\",rank=\"0\"} 0.256"));
+}
+
+TEST(AgentMetricsTest, Fp8StatisticsPerLayerTensorAndRole) {
+  AgentMetrics metrics;
+  v1::StepReport step = Step(1, 1.0, 512);
+  v1::Fp8TensorStats* t = step.add_fp8();
+  t->set_layer(3);
+  t->set_tensor("fc1");
+  t->set_role("weight");
+  t->set_format("e4m3");
+  t->set_scale(64);
+  t->set_amax(6.5);
+  t->set_saturated_ratio(0.125);
+  t->set_underflow_ratio(0.25);
+  metrics.RecordStep(9, 1, step);
+  t->set_scale(32);
+  metrics.RecordStep(9, 1, step);
+  const std::string text = metrics.Render();
+  const std::string labels = "{job_id=\"9\",layer=\"3\",rank=\"1\",role=\"weight\",tensor=\"fc1\"}";
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_fp8_scale" + labels + " 32\n"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_fp8_amax" + labels + " 6.5\n"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_fp8_saturated_ratio" + labels + " 0.125\n"));
+  EXPECT_THAT(text, HasSubstr("boulder_trainer_fp8_underflow_ratio" + labels + " 0.25\n"));
 }
 
 TEST(AgentMetricsTest, RejectsAnAddressWithoutPort) {
