@@ -19,17 +19,6 @@
 namespace boulder::client {
 namespace {
 
-// Opens the connection; on failure prints the error and sets *exit_code (kExitUsage for a
-// malformed address, kExitError when the coordinator cannot be reached).
-std::unique_ptr<Connection> OpenOrReport(const ConnectOptions& connect, const Io& io,
-                                         int* exit_code) {
-  absl::StatusOr<std::unique_ptr<Connection>> conn = Connection::Open(connect);
-  if (conn.ok()) return *std::move(conn);
-  ReportError(io, conn.status());
-  *exit_code = absl::IsInvalidArgument(conn.status()) ? kExitUsage : kExitError;
-  return nullptr;
-}
-
 absl::StatusOr<std::string> ReadSpecFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {

@@ -33,8 +33,10 @@ struct Io {
   // Whether `out` is a terminal: progress is then redrawn in place rather than printed as
   // one throttled line per step report.
   bool out_is_terminal = false;
-  // Width of that terminal in columns (ignored when not a terminal).
+  // Size of that terminal in columns and lines (ignored when not a terminal); the live
+  // loss chart under the progress bar is fitted to them.
   int terminal_width = 80;
+  int terminal_height = 24;
   // The current time: for ages and for throttling progress lines.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
   // Zone of the times shown by `get`.
@@ -88,6 +90,25 @@ struct WorkersOptions {
   OutputFormat format = OutputFormat::kHuman;  // kHuman or kJson
 };
 
+struct PlotOptions {
+  int64_t job_id = 0;
+  // Where the SVG goes; "-" for io.out.
+  std::string output = "loss.svg";
+  // How long reading the job's step reports may take before giving up.
+  absl::Duration timeout = absl::Seconds(120);
+};
+
+struct TopOptions {
+  // Time between refreshes on a terminal.
+  absl::Duration interval = absl::Seconds(1);
+  // On a terminal: waits up to the given time for the user to quit (q, Ctrl-C) and returns
+  // whether they did. Unset: never quits early, so `top` refreshes until killed.
+  std::function<bool(absl::Duration)> wait_for_quit;
+  // On a terminal: the current width and height, asked before each refresh so that a resized
+  // window is filled. Unset: io.terminal_width and io.terminal_height.
+  std::function<void(int* width, int* height)> terminal_size;
+};
+
 int RunSubmit(const ConnectOptions& connect, const SubmitOptions& options, const Io& io);
 int RunJobs(const ConnectOptions& connect, const JobsOptions& options, const Io& io);
 int RunGet(const ConnectOptions& connect, const GetOptions& options, const Io& io);
@@ -95,6 +116,15 @@ int RunWatch(const ConnectOptions& connect, const WatchOptions& options, const I
 int RunLogs(const ConnectOptions& connect, const LogsOptions& options, const Io& io);
 int RunCancel(const ConnectOptions& connect, const CancelOptions& options, const Io& io);
 int RunWorkers(const ConnectOptions& connect, const WorkersOptions& options, const Io& io);
+// Writes the job's loss (and learning rate) curves from its step reports so far as an SVG,
+// then "wrote loss.svg (200 steps)" on io.out (unless the SVG went to io.out). A job without
+// step reports is an error.
+int RunPlot(const ConnectOptions& connect, const PlotOptions& options, const Io& io);
+// On a terminal: the top_view.h screen on the alternate screen, refreshed every
+// options.interval until options.wait_for_quit says so; a failed refresh shows its error on
+// the screen and the next one tries again. Otherwise: the screen once, and the error as
+// usual.
+int RunTop(const ConnectOptions& connect, const TopOptions& options, const Io& io);
 
 }  // namespace boulder::client
 

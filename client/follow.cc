@@ -1,13 +1,18 @@
 #include "client/follow.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/chart.h"
 #include "client/event_stream.h"
 #include "client/generation.h"
 #include "client/progress.h"
@@ -16,8 +21,18 @@
 namespace boulder::client {
 namespace {
 
-// Carriage return, then erase the line: how the bar is redrawn in place.
+// Carriage return, then erase the line: how a one-line display starts.
 constexpr char kClearLine[] = "\r\033[K";
+
+// From the last line of a display of `lines` lines, back to the start of its first line and
+// erase down to the end of the screen: how the display (bar, chart, step times) is redrawn
+// in place.
+std::string EraseDisplay(int lines) {
+  std::string out = "\r";
+  if (lines > 1) absl::StrAppend(&out, "\033[", lines - 1, "A");
+  absl::StrAppend(&out, "\033[J");
+  return out;
+}
 
 class WatchPrinter : public JobEventHandler {
  public:
@@ -49,10 +64,10 @@ class WatchPrinter : public JobEventHandler {
     RedrawBar();
   }
 
-  // Ends an in-place bar with a newline so that what follows starts on its own line.
+  // Ends an in-place display with a newline so that what follows starts on its own line.
   void EndBar() {
-    if (bar_drawn_) *io_.out << "\n" << std::flush;
-    bar_drawn_ = false;
+    if (drawn_lines_ > 0) *io_.out << "\n" << std::flush;
+    drawn_lines_ = 0;
   }
 
   // Prints what follows the terminal state and returns the exit code for it.
@@ -102,9 +117,9 @@ class WatchPrinter : public JobEventHandler {
     if (show_message) absl::StrAppend(&line, ": ", change.message());
     if (IsTerminal(change.state())) {
       if (!io_.out_is_terminal && have_report_ && !last_report_printed_) PrintPlainStep();
-      // The final bar stays on screen above the outcome.
-      if (bar_drawn_) *io_.out << "\n";
-      bar_drawn_ = false;
+      // The final display stays on screen above the outcome.
+      if (drawn_lines_ > 0) *io_.out << "\n";
+      drawn_lines_ = 0;
       *io_.out << line << "\n" << std::flush;
       return;
     }
@@ -115,15 +130,23 @@ class WatchPrinter : public JobEventHandler {
   }
 
   void OnStep(const v1::StepReport& report) {
-    if (report.rank() != 0) return;
+    if (io_.out_is_terminal && report.step_time_seconds() > 0) {
+      // A restart renumbers ranks onto other workers: the times of the old attempt go.
+      if (report.attempt() != times_attempt_) step_times_.clear();
+      times_attempt_ = report.attempt();
+      step_times_[report.rank()] = report.step_time_seconds();
+    }
+    if (report.rank() != 0) {
+      if (io_.out_is_terminal && have_report_) Draw();
+      return;
+    }
     eta_.Add(report);
     last_report_ = report;
     have_report_ = true;
     last_report_printed_ = false;
     if (io_.out_is_terminal) {
-      bar_ = RenderProgressBar(report, eta_.Eta(), io_.terminal_width);
-      *io_.out << kClearLine << bar_ << std::flush;
-      bar_drawn_ = true;
+      losses_.Add(report.loss());
+      Draw();
       last_report_printed_ = true;
     } else if (throttle_.ShouldPrint(report.step(), report.total_steps(), io_.clock())) {
       PrintPlainStep();
@@ -135,11 +158,36 @@ class WatchPrinter : public JobEventHandler {
     last_report_printed_ = true;
   }
 
+  // The progress bar, the loss chart and the per-rank step times, replacing what was drawn.
+  void Draw() {
+    std::vector<std::string> lines = {
+        RenderProgressBar(last_report_, eta_.Eta(), io_.terminal_width)};
+    for (std::string& line :
+         RenderLineChart(losses_.Points(), io_.terminal_width, ChartRowsFor(io_.terminal_height))) {
+      lines.push_back(std::move(line));
+    }
+    if (!step_times_.empty()) {
+      lines.push_back(RankStepTimesLine(step_times_, io_.terminal_width));
+    }
+    display_ = absl::StrJoin(lines, "\n");
+    *io_.out << (drawn_lines_ > 0 ? EraseDisplay(drawn_lines_) : kClearLine) << display_
+             << std::flush;
+    drawn_lines_ = static_cast<int>(lines.size());
+  }
+
+  // Takes the display off the screen so that a line can be printed in its place; RedrawBar
+  // puts it back under that line.
   void ClearBar() {
-    if (bar_drawn_) *io_.out << kClearLine;
+    if (drawn_lines_ == 0) return;
+    *io_.out << EraseDisplay(drawn_lines_);
+    hidden_lines_ = drawn_lines_;
+    drawn_lines_ = 0;
   }
   void RedrawBar() {
-    if (bar_drawn_) *io_.out << bar_ << std::flush;
+    if (hidden_lines_ == 0) return;
+    *io_.out << kClearLine << display_ << std::flush;
+    drawn_lines_ = hidden_lines_;
+    hidden_lines_ = 0;
   }
 
   Connection& conn_;
@@ -151,8 +199,12 @@ class WatchPrinter : public JobEventHandler {
   v1::StepReport last_report_;
   bool have_report_ = false;
   bool last_report_printed_ = false;
-  std::string bar_;
-  bool bar_drawn_ = false;
+  DownsampledSeries losses_;              // rank 0's, for the chart
+  std::map<int32_t, double> step_times_;  // latest step time by rank
+  int32_t times_attempt_ = 0;
+  std::string display_;   // what Draw() wrote last, lines joined by '\n'
+  int drawn_lines_ = 0;   // lines of display_ on screen now; 0: none
+  int hidden_lines_ = 0;  // lines of display_ taken off by ClearBar()
 };
 
 class LogPrinter : public JobEventHandler {
@@ -182,6 +234,15 @@ class LogPrinter : public JobEventHandler {
 int ReportError(const Io& io, const absl::Status& status) {
   *io.err << "boulder: " << status.message() << "\n" << std::flush;
   return kExitError;
+}
+
+std::unique_ptr<Connection> OpenOrReport(const ConnectOptions& connect, const Io& io,
+                                         int* exit_code) {
+  absl::StatusOr<std::unique_ptr<Connection>> conn = Connection::Open(connect);
+  if (conn.ok()) return *std::move(conn);
+  ReportError(io, conn.status());
+  *exit_code = absl::IsInvalidArgument(conn.status()) ? kExitUsage : kExitError;
+  return nullptr;
 }
 
 absl::StatusOr<v1::Job> FetchJob(Connection& conn, int64_t job_id) {

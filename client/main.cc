@@ -6,21 +6,25 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "client/commands.h"
 #include "client/connection.h"
+#include "client/keyboard.h"
 #include "common/env.h"
 
 namespace boulder::client {
 namespace {
 
-int TerminalWidth() {
+// The terminal's columns and lines; 80x24 where the terminal does not say.
+void TerminalSize(int* width, int* height) {
   winsize size{};
-  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
-  return 80;
+  const bool known = ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0;
+  *width = known && size.ws_col > 0 ? size.ws_col : 80;
+  *height = known && size.ws_row > 0 ? size.ws_row : 24;
 }
 
 void AddJobId(CLI::App* command, int64_t* job_id) {
@@ -109,6 +113,17 @@ int Main(int argc, char** argv) {
   workers_cmd->add_option("-o,--output", workers_output, "table or json")
       ->check(CLI::IsMember({"table", "json"}));
 
+  PlotOptions plot;
+  CLI::App* plot_cmd =
+      app.add_subcommand("plot", "write a job's loss and learning-rate curves as an SVG");
+  AddJobId(plot_cmd, &plot.job_id);
+  plot_cmd->add_option("-o,--output", plot.output, "the SVG file, - for stdout (default: loss.svg)")
+      ->type_name("FILE");
+
+  TopOptions top;
+  CLI::App* top_cmd = app.add_subcommand(
+      "top", "live table of workers and jobs (q or Ctrl-C quits; once when not a terminal)");
+
   if (std::string unknown = UnknownCommand(app, argc, argv); !unknown.empty()) {
     std::cerr << "boulder: unknown command '" << unknown << "' (see boulder --help)\n";
     return kExitUsage;
@@ -118,8 +133,8 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     if (app.get_subcommands().empty()) {
-      std::cerr << "boulder: a command is required: submit, jobs, get, watch, logs, cancel or "
-                   "workers (see boulder --help)\n";
+      std::cerr << "boulder: a command is required: submit, jobs, get, watch, logs, cancel, "
+                   "workers, plot or top (see boulder --help)\n";
       return kExitUsage;
     }
     std::cerr << "boulder: " << e.what() << " (see boulder --help)\n";
@@ -132,7 +147,7 @@ int Main(int argc, char** argv) {
   io.out = &std::cout;
   io.err = &std::cerr;
   io.out_is_terminal = isatty(STDOUT_FILENO) == 1;
-  io.terminal_width = io.out_is_terminal ? TerminalWidth() : 80;
+  if (io.out_is_terminal) TerminalSize(&io.terminal_width, &io.terminal_height);
 
   auto format = [](const std::string& name) {
     if (name == "json") return OutputFormat::kJson;
@@ -151,6 +166,16 @@ int Main(int argc, char** argv) {
   if (watch_cmd->parsed()) return RunWatch(connect, watch, io);
   if (logs_cmd->parsed()) return RunLogs(connect, logs, io);
   if (cancel_cmd->parsed()) return RunCancel(connect, cancel, io);
+  if (plot_cmd->parsed()) return RunPlot(connect, plot, io);
+  if (top_cmd->parsed()) {
+    std::optional<QuitKeys> keys;  // only where there is a screen to restore
+    if (io.out_is_terminal) {
+      keys.emplace();
+      top.wait_for_quit = [&keys](absl::Duration timeout) { return keys->WaitForQuit(timeout); };
+      top.terminal_size = TerminalSize;
+    }
+    return RunTop(connect, top, io);
+  }
   workers.format = format(workers_output);
   return RunWorkers(connect, workers, io);
 }

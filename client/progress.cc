@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/format.h"
 #include "client/table.h"
 
@@ -86,6 +88,33 @@ std::string RenderProgressLine(const v1::StepReport& report, absl::Duration eta)
   return absl::StrCat(StepText(report), " (", static_cast<int>(std::floor(Fraction(report) * 100)),
                       "%)  ", LossText(report), "  ", LrText(report), "  ", RateText(report), "  ",
                       EtaText(eta));
+}
+
+std::string StepTimeText(double seconds) {
+  if (seconds < 1) return absl::StrFormat("%.1f ms", seconds * 1e3);
+  return absl::StrFormat("%.2f s", seconds);
+}
+
+std::string RankStepTimesLine(const std::map<int32_t, double>& seconds_by_rank, int width) {
+  std::vector<std::string> parts;
+  for (const auto& [rank, seconds] : seconds_by_rank) {
+    parts.push_back(absl::StrCat("rank ", rank, ": ", StepTimeText(seconds)));
+  }
+  const size_t usable = width > 1 ? static_cast<size_t>(width - 1) : 0;
+  std::string all = absl::StrJoin(parts, "  ");
+  if (all.size() <= usable) return all;
+  for (size_t shown = parts.size() - 1; shown > 0; --shown) {
+    std::string line = absl::StrCat(absl::StrJoin(parts.begin(), parts.begin() + shown, "  "),
+                                    "  +", parts.size() - shown, " more");
+    if (line.size() <= usable) return line;
+  }
+  all.resize(usable);
+  return all;
+}
+
+int ChartRowsFor(int height) {
+  const int rows = std::min(8, (height - 4) / 3);
+  return rows >= 2 ? rows : 0;
 }
 
 void EtaEstimator::Add(const v1::StepReport& report) {

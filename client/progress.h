@@ -7,6 +7,7 @@
 #define BOULDER_CLIENT_PROGRESS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/time/time.h"
@@ -25,6 +26,18 @@ std::string RenderProgressBar(const v1::StepReport& report, absl::Duration eta, 
 // The same figures on one plain line, for output that is not a terminal:
 //   step 120/200 (60%)  loss 0.4321  lr 3.0e-04  12,345 tok/s  ETA 0:42
 std::string RenderProgressLine(const v1::StepReport& report, absl::Duration eta);
+
+// A step time as shown beside a rank: "41.2 ms" below a second, "1.52 s" from a second on.
+std::string StepTimeText(double seconds);
+
+// The latest step time of each rank on one line strictly narrower than `width`:
+//   rank 0: 41.2 ms  rank 1: 43.0 ms
+// When not all ranks fit, the first ones that do and "+N more".
+std::string RankStepTimesLine(const std::map<int32_t, double>& seconds_by_rank, int width);
+
+// Rows of the live loss chart under the progress bar on a terminal of `height` lines: a third
+// of what the bar and the step-time line leave, at most 8; 0 (no chart) below 2.
+int ChartRowsFor(int height);
 
 // Estimates the time left from the step reports seen so far: remaining steps times a
 // smoothed time per step (the reports' step_time_seconds, or the spacing of their

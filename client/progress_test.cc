@@ -1,5 +1,6 @@
 #include "client/progress.h"
 
+#include <map>
 #include <string>
 
 #include "client/table.h"
@@ -63,6 +64,32 @@ TEST(RenderProgressBarTest, CompleteAndEmptyBars) {
 TEST(RenderProgressLineTest, PlainLineWithPercentage) {
   EXPECT_EQ(RenderProgressLine(Report(120, 200), absl::Seconds(42)),
             "step 120/200 (60%)  loss 0.4321  lr 3.0e-04  12,345 tok/s  ETA 0:42");
+}
+
+TEST(StepTimeTextTest, MillisecondsBelowASecond) {
+  EXPECT_EQ(StepTimeText(0.0412), "41.2 ms");
+  EXPECT_EQ(StepTimeText(0.9994), "999.4 ms");
+  EXPECT_EQ(StepTimeText(1.5249), "1.52 s");
+}
+
+TEST(RankStepTimesLineTest, AllRanksWhenTheyFit) {
+  EXPECT_EQ(RankStepTimesLine({{0, 0.0412}, {1, 0.043}}, 80), "rank 0: 41.2 ms  rank 1: 43.0 ms");
+}
+
+TEST(RankStepTimesLineTest, TheFirstRanksAndACountWhenNarrow) {
+  const std::map<int32_t, double> times = {{0, 0.0412}, {1, 0.043}, {2, 0.0415}};
+  // All three need 49 columns, two and "+1 more" 41; 39 are usable.
+  EXPECT_EQ(RankStepTimesLine(times, 40), "rank 0: 41.2 ms  +2 more");
+  EXPECT_EQ(RankStepTimesLine(times, 50), "rank 0: 41.2 ms  rank 1: 43.0 ms  rank 2: 41.5 ms");
+  EXPECT_EQ(RankStepTimesLine(times, 11), "rank 0: 41");
+}
+
+TEST(ChartRowsForTest, AThirdOfTheRoomUpToEight) {
+  EXPECT_EQ(ChartRowsFor(24), 6);
+  EXPECT_EQ(ChartRowsFor(30), 8);
+  EXPECT_EQ(ChartRowsFor(200), 8);
+  EXPECT_EQ(ChartRowsFor(10), 2);
+  EXPECT_EQ(ChartRowsFor(9), 0);
 }
 
 TEST(EtaEstimatorTest, UnknownUntilAStepTimeIsSeen) {

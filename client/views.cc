@@ -124,19 +124,19 @@ std::string JobsTable(const v1::ListJobsResponse& jobs, absl::Time now) {
   return table.Render();
 }
 
+std::string GpuText(const v1::WorkerCapabilities& caps) {
+  if (caps.gpu_name().empty()) return "-";
+  if (caps.compute_capability_major() <= 0) return caps.gpu_name();
+  return absl::StrCat(caps.gpu_name(), " (sm_", caps.compute_capability_major(),
+                      caps.compute_capability_minor(), ")");
+}
+
 std::string WorkersTable(const v1::ListWorkersResponse& workers, absl::Time now) {
   Table table({"ID", "BACKEND", "CORES", "GPU", "MEMORY", "STATE", "JOB", "LAST-HEARTBEAT"});
   for (const v1::Worker& w : workers.workers()) {
     const v1::WorkerCapabilities& caps = w.capabilities();
-    std::string gpu = "-";
-    if (!caps.gpu_name().empty()) {
-      gpu = caps.compute_capability_major() > 0
-                ? absl::StrCat(caps.gpu_name(), " (sm_", caps.compute_capability_major(),
-                               caps.compute_capability_minor(), ")")
-                : caps.gpu_name();
-    }
     table.AddRow({w.id(), caps.backend().empty() ? "-" : caps.backend(),
-                  caps.cpu_cores() > 0 ? absl::StrCat(caps.cpu_cores()) : "-", gpu,
+                  caps.cpu_cores() > 0 ? absl::StrCat(caps.cpu_cores()) : "-", GpuText(caps),
                   caps.gpu_memory_bytes() > 0 ? HumanBytes(caps.gpu_memory_bytes()) : "-",
                   WorkerStateName(w.state()), w.job_id() > 0 ? absl::StrCat(w.job_id()) : "-",
                   AgoOrDash(w.last_heartbeat(), now)});

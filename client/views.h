@@ -28,6 +28,10 @@ bool IsTerminal(v1::JobState state);
 // The table of `boulder jobs`: ID NAME STATE STEP LOSS WORKERS AGE.
 std::string JobsTable(const v1::ListJobsResponse& jobs, absl::Time now);
 
+// A worker's GPU as shown in tables: "NVIDIA H200 (sm_90)", the name alone without a compute
+// capability, "-" without a GPU.
+std::string GpuText(const v1::WorkerCapabilities& caps);
+
 // The table of `boulder workers`: ID BACKEND CORES GPU MEMORY STATE JOB LAST-HEARTBEAT.
 std::string WorkersTable(const v1::ListWorkersResponse& workers, absl::Time now);
 

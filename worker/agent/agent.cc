@@ -313,6 +313,7 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
     attempt_options.dir = absl::StrCat(options_.work_dir, "/job-", assignment.job_id(), "/attempt-",
                                        assignment.attempt());
     attempt_options.threads = options_.threads;
+    attempt_options.backend = capabilities_.backend();
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;
     attempt_options.peak_flops =

@@ -37,15 +37,20 @@ std::string DescribeSignal(int signal) {
 }  // namespace
 
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
-                                     int threads) {
-  return {"--spec",       spec_path,
-          "--report-fd",  absl::StrCat(kReportFd),
-          "--job-id",     absl::StrCat(assignment.job_id()),
-          "--attempt",    absl::StrCat(assignment.attempt()),
-          "--rank",       absl::StrCat(assignment.rank()),
-          "--world-size", absl::StrCat(assignment.world_size()),
-          "--threads",    absl::StrCat(threads),
-          "--quiet"};
+                                     int threads, const std::string& backend) {
+  std::vector<std::string> args = {"--spec",       spec_path,
+                                   "--report-fd",  absl::StrCat(kReportFd),
+                                   "--job-id",     absl::StrCat(assignment.job_id()),
+                                   "--attempt",    absl::StrCat(assignment.attempt()),
+                                   "--rank",       absl::StrCat(assignment.rank()),
+                                   "--world-size", absl::StrCat(assignment.world_size()),
+                                   "--threads",    absl::StrCat(threads),
+                                   "--quiet"};
+  if (!backend.empty()) {
+    args.push_back("--backend");
+    args.push_back(backend);
+  }
+  return args;
 }
 
 absl::Status WriteSpecJson(const v1::JobSpec& spec, const std::string& path) {
@@ -170,7 +175,7 @@ void Attempt::Launch() {
       if (status.ok()) {
         TrainerSpawnOptions spawn;
         spawn.path = options_.trainer_path;
-        spawn.args = TrainerArgs(assignment_, spec_path, options_.threads);
+        spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend);
         spawn.working_dir = options_.dir;
         absl::StatusOr<std::unique_ptr<TrainerProcess>> process =
             TrainerProcess::Start(std::move(spawn), Callbacks());
