@@ -55,7 +55,7 @@ struct WatchOptions {
   // before giving up with an error.
   absl::Duration reconnect_timeout = absl::Seconds(60);
   // Tokens of the prompt and of the generation shown on the final line (0: all).
-  size_t max_tokens_shown = 8;
+  size_t max_tokens_shown = 16;
 };
 
 struct SubmitOptions {
