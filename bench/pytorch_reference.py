@@ -121,6 +121,14 @@ def flops_per_step(a):
     return 3 * per_token * a.batch * t
 
 
+def write_rows(path, rows):
+    """Writes benchmark rows as a JSON list (the form report.py merges)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=2)
+        f.write("\n")
+
+
 def git_commit():
     # The GPU machine gets a copy of the tree without .git: the caller passes the commit.
     if os.environ.get("BOULDER_COMMIT"):
@@ -366,10 +374,7 @@ def main(argv):
           f"{row['tflops_per_s']:.2f} TFLOP/s, peak {peak / 2**20:,.0f} MiB, "
           f"loss {float(first_loss):.4f} -> {float(last_loss):.4f}", flush=True)
     if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump([row], f, indent=2)
-            f.write("\n")
+        write_rows(a.json, [row])
     return 0
 
 

@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-from pytorch_reference import cpu_model, git_commit
+from pytorch_reference import cpu_model, git_commit, write_rows
 
 STEP_RE = re.compile(r"^\s*step\s+(\d+)\s*/\s*(\d+)\b")
 MS_RE = re.compile(r"(\d+(?:\.\d+)?)\s*ms\b")
@@ -133,10 +133,7 @@ def main(argv):
           f"{len(timed)}, min {min(timed):.2f}, max {max(timed):.2f}), "
           f"{row['tokens_per_s']:,.0f} tokens/s, peak {peak / 2**20:,.0f} MiB", flush=True)
     if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump([row], f, indent=2)
-            f.write("\n")
+        write_rows(a.json, [row])
     return 0
 
 

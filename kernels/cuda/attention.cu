@@ -77,9 +77,9 @@ __device__ void StripTimesTileT(float* out, const bf16* a, const bf16* b) {
   }
 }
 
-// acc_strip[16 × HS] (FP32, ld kOLd) += p_strip[16 × 64] (BF16, ld kPLd) · v[64 × HS].
-// With kTransposeP, the strip is the transpose of columns [16w, 16w+16) of a [64 × 64] tile.
-template <int HS, bool kTransposeP>
+// acc_strip[16 × HS] (FP32, ld kOLd, in shared memory: the forward rescales its rows between
+// key tiles) += p_strip[16 × 64] (BF16, ld kPLd) · v[64 × HS].
+template <int HS>
 __device__ void AccumulatePV(float* acc_strip, const bf16* p, const bf16* v) {
   constexpr int kLd = Dims<HS>::kLd, kOLd = Dims<HS>::kOLd;
 #pragma unroll
@@ -88,17 +88,11 @@ __device__ void AccumulatePV(float* acc_strip, const bf16* p, const bf16* v) {
     wmma::load_matrix_sync(acc, acc_strip + j * 16, kOLd, wmma::mem_row_major);
 #pragma unroll
     for (int k = 0; k < kTile / 16; ++k) {
+      FragA fa;
       FragB fb;
+      wmma::load_matrix_sync(fa, p + k * 16, kPLd);
       wmma::load_matrix_sync(fb, v + k * 16 * kLd + j * 16, kLd);
-      if constexpr (kTransposeP) {
-        FragAT fa;
-        wmma::load_matrix_sync(fa, p + k * 16 * kPLd, kPLd);
-        wmma::mma_sync(acc, fa, fb, acc);
-      } else {
-        FragA fa;
-        wmma::load_matrix_sync(fa, p + k * 16, kPLd);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
+      wmma::mma_sync(acc, fa, fb, acc);
     }
     wmma::store_matrix_sync(acc_strip + j * 16, acc, kOLd, wmma::mem_row_major);
   }
@@ -216,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
     float* orow = O + r * D::kOLd + half * (HS / 2);
     for (int c = 0; c < HS / 2; ++c) orow[c] *= alpha;
     __syncwarp();
-    AccumulatePV<HS, false>(O + warp * 16 * D::kOLd, P + warp * 16 * kPLd, Vs);
+    AccumulatePV<HS>(O + warp * 16 * D::kOLd, P + warp * 16 * kPLd, Vs);
     __syncwarp();
   }
   if (q < T) {
