@@ -139,6 +139,12 @@ class Backend {
   // generation.
   virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
 
+  // ---- run-to-run reproducibility ---------------------------------------------------------
+  // Restricts the backend to kernels whose results are bit-identical from run to run (no
+  // timing-based algorithm choice, no atomics in reductions). Call before the first op. The
+  // cpu backend always is; the cuda backend otherwise autotunes its GEMM algorithms.
+  virtual void SetDeterministic(bool on) {}
+
   // ---- profiling (optional) ----------------------------------------------------------------
   // When enabled, the backend times every op on the device (events around each launch, no
   // host sync) and ProfileReport() returns a table of total time per op; backends without

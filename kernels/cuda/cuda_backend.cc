@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -220,7 +221,9 @@ void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, cons
 void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
                                 const void* bias, int N, int C, int OC, Epilogue epilogue) {
   if (!Ok()) return;
-  ProfileScope profile(this, "MatmulForward");
+  // GEMMs are timed per shape (N x C -> OC): which Linear costs what.
+  ProfileScope profile(this, profiling_ ? absl::StrCat("MatmulForward ", N, "x", C, "->", OC)
+                                        : std::string());
   BOULDER_REQUIRE(C % 8 == 0 && OC % 8 == 0,
                   absl::StrCat("GEMM dims ", C, "x", OC, " must be multiples of 8"));
   GemmShape s;
@@ -246,7 +249,8 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
                                  const void* pre_gelu, const void* inp, const void* weight,
                                  int N, int C, int OC) {
   if (!Ok()) return;
-  ProfileScope profile(this, "MatmulBackward");
+  ProfileScope profile(this, profiling_ ? absl::StrCat("MatmulBackward ", N, "x", C, "->", OC)
+                                        : std::string());
   bf16* dy = static_cast<bf16*>(dout);
   if (pre_gelu) {
     Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
@@ -354,7 +358,8 @@ cudaEvent_t CudaBackend::NewEvent() {
   return e;
 }
 
-CudaBackend::ProfileScope::ProfileScope(CudaBackend* b, const char* name) : b_(b), name_(name) {
+CudaBackend::ProfileScope::ProfileScope(CudaBackend* b, std::string name)
+    : b_(b), name_(std::move(name)) {
   if (!b_->profiling_) return;
   start_ = b_->NewEvent();
   if (start_) b_->Check(cudaEventRecord(start_, b_->stream_), "cudaEventRecord");
@@ -389,12 +394,14 @@ std::string CudaBackend::ProfileReport() {
   timed_.clear();
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::string out = absl::StrFormat("%-22s %10s %7s %8s\n", "op", "total ms", "share", "calls");
+  std::string out = absl::StrFormat("%-34s %10s %7s %8s\n", "op", "total ms", "share", "calls");
   for (const auto& [name, v] : rows) {
-    out += absl::StrFormat("%-22s %10.2f %6.1f%% %8d\n", name, v.first, 100.0 * v.first / total,
+    out += absl::StrFormat("%-34s %10.2f %6.1f%% %8d\n", name, v.first, 100.0 * v.first / total,
                            v.second);
   }
-  out += absl::StrFormat("%-22s %10.2f\n", "all ops", total);
+  out += absl::StrFormat("%-34s %10.2f\n", "all ops", total);
+  out += absl::StrFormat("GEMM shapes: %d, %d of them autotuned away from the heuristic's pick\n",
+                         static_cast<int>(matmul_->cached_plans()), matmul_->retuned_plans());
   return out;
 }
 

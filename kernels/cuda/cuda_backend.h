@@ -70,6 +70,7 @@ class CudaBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
+  void SetDeterministic(bool on) override { matmul_->set_autotune(!on); }
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
 
@@ -77,16 +78,16 @@ class CudaBackend final : public Backend {
   // Times one op between two events when profiling is on.
   class ProfileScope {
    public:
-    ProfileScope(CudaBackend* b, const char* name);
+    ProfileScope(CudaBackend* b, std::string name);
     ~ProfileScope();
 
    private:
     CudaBackend* b_;
-    const char* name_;
+    std::string name_;
     cudaEvent_t start_ = nullptr;
   };
   struct Timed {
-    const char* name;
+    std::string name;
     cudaEvent_t start, end;
   };
   cudaEvent_t NewEvent();

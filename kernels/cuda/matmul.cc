@@ -9,6 +9,8 @@ absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create() {
   std::unique_ptr<LtMatmul> mm(new LtMatmul());
   CUBLAS_CHECK(cublasLtCreate(&mm->handle_));
   CUDA_CHECK(cudaMalloc(&mm->workspace_, kWorkspaceBytes));
+  CUDA_CHECK(cudaEventCreate(&mm->start_));
+  CUDA_CHECK(cudaEventCreate(&mm->stop_));
   return mm;
 }
 
@@ -19,6 +21,8 @@ LtMatmul::~LtMatmul() {
     cublasLtMatrixLayoutDestroy(plan->d);
     cublasLtMatmulDescDestroy(plan->desc);
   }
+  if (start_) cudaEventDestroy(start_);
+  if (stop_) cudaEventDestroy(stop_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -60,11 +64,11 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
   size_t ws = kWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result;
+  cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
-                                        pref, 1, &result, &found);
+                                        pref, autotune_ ? kCandidates : 1, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
@@ -72,7 +76,9 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
     return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", s.m, " n=", s.n,
                                             " k=", s.k, " epilogue=", s.epilogue));
   }
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+  plan->tuned = found < 2;
   Plan* raw = plan.get();
   plans_.emplace(s, std::move(plan));
   return raw;
@@ -91,9 +97,62 @@ absl::Status LtMatmul::Run(const GemmShape& s, const void* A, const void* B, voi
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   }
+  if (!p->tuned) {
+    if (absl::Status st = Tune(s, p, A, B, D, stream); !st.ok()) return st;
+  }
   const float alpha = 1.f, beta = s.accumulate ? 1.f : 0.f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D,
                               p->d, &p->algo, workspace_, kWorkspaceBytes, stream));
+  return absl::OkStatus();
+}
+
+absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const void* B, void* D,
+                            cudaStream_t stream) {
+  p->tuned = true;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return absl::OkStatus();  // keep the heuristic's
+  // Trial runs write D (and the epilogue's aux) before the real call rewrites them; an
+  // accumulating GEMM must not add trials into D, so those time into a scratch output.
+  void* out = D;
+  if (s.accumulate) {
+    CUDA_CHECK(cudaMallocAsync(&out, size_t(s.ldd) * s.n * 2, stream));
+    CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(s.ldd) * s.n * 2, stream));
+  }
+  constexpr int kReps = 3;
+  const float alpha = 1.f, beta = 0.f;
+  float best_ms = 0.f;
+  int best = -1;
+  absl::Status status;
+  for (size_t i = 0; i < p->candidates.size() && status.ok(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, out, p->d, out,
+                            p->d, &p->candidates[i], workspace_, kWorkspaceBytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may reject these operands
+    cudaError_t e = cudaEventRecord(start_, stream);
+    for (int r = 0; r < kReps && e == cudaSuccess; ++r) {
+      if (run() != CUBLAS_STATUS_SUCCESS) e = cudaErrorUnknown;
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(stop_, stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop_);
+    float ms = 0.f;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start_, stop_);
+    if (e != cudaSuccess) {
+      status = CudaStatus(e, "timing a GEMM candidate", __FILE__, __LINE__);
+      break;
+    }
+    if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
+  }
+  if (s.accumulate) {
+    cudaError_t e = cudaFreeAsync(out, stream);
+    if (status.ok() && e != cudaSuccess) status = CudaStatus(e, "cudaFreeAsync", __FILE__, __LINE__);
+  }
+  if (!status.ok()) return status;
+  if (best > 0) {
+    p->algo = p->candidates[best];
+    ++retuned_;
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,13 @@
 // BF16 GEMMs through cuBLASLt with fused epilogues (bias, GELU with aux output), FP32
-// accumulation. Matmul descriptors, layouts and the heuristic's algorithm are cached per
-// shape; one workspace (32 MiB) serves every call.
+// accumulation. Matmul descriptors, layouts and the chosen algorithm are cached per shape; one
+// workspace (32 MiB) serves every call.
+//
+// Algorithm choice: the heuristic's first candidate, or — with autotuning on (the default) —
+// the fastest of its first kCandidates, timed on the first call of each shape with the call's
+// own operands (measured on the H200: the heuristic's first pick for the qkv projection with a
+// bias epilogue ran 10x slower than the best candidate). Autotuning depends on timings, so
+// two runs may pick different algorithms and round differently: turn it off where results
+// must be bit-identical from run to run.
 //
 // Not thread-safe: one LtMatmul per backend, used from its thread, on its stream.
 #ifndef BOULDER_KERNELS_CUDA_MATMUL_H_
@@ -12,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -51,19 +59,32 @@ class LtMatmul {
                    const void* bias, void* aux, cudaStream_t stream);
 
   size_t cached_plans() const { return plans_.size(); }
+  // Applies to shapes not yet seen; call before the first Run().
+  void set_autotune(bool on) { autotune_ = on; }
+  // Shapes whose algorithm autotuning changed from the heuristic's first pick.
+  int retuned_plans() const { return retuned_; }
 
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo;
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order; [0] == algo until tuned
+    bool tuned = false;
   };
+  static constexpr int kCandidates = 8;
   LtMatmul() = default;
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
+  // Times plan's candidates on these operands and keeps the fastest in plan->algo.
+  absl::Status Tune(const GemmShape& s, Plan* plan, const void* A, const void* B, void* D,
+                    cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   absl::flat_hash_map<GemmShape, std::unique_ptr<Plan>> plans_;
+  bool autotune_ = true;
+  int retuned_ = 0;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 }  // namespace boulder::kernels::cuda

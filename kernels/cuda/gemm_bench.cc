@@ -1,0 +1,169 @@
+// gemm_bench: how much step time the cuBLASLt heuristic's first algorithm leaves on the table.
+//
+// For every BF16 GEMM of one training step of the benchmark workloads (Linear forward, data
+// gradient and weight gradient of qkv, attention projection, fc1, fc2 and the LM head, in the
+// layouts kernels/cuda/cuda_backend.cc uses), times the heuristic's top algorithm and each of
+// its next candidates (up to 16) with CUDA events, and prints per shape the top-1 time, the
+// best time and TFLOP/s, then per workload the GEMM time of one step with top-1 vs the best.
+// Epilogues are left at DEFAULT (bias and GELU epilogues change little of the main loop).
+//
+//   gemm_bench [--workloads seed,gpt2,h2048] [--reps 20]
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CK(call)                                                                          \
+  do {                                                                                    \
+    cudaError_t e = (call);                                                               \
+    if (e != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                   cudaGetErrorString(e));                                                \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define CKB(call)                                                                         \
+  do {                                                                                    \
+    cublasStatus_t e = (call);                                                            \
+    if (e != CUBLAS_STATUS_SUCCESS) {                                                     \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                   cublasLtGetStatusName(e));                                             \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+struct Gemm {
+  std::string name;
+  bool ta, tb;
+  int m, n, k;
+  bool accumulate;
+  int count;  // how many times one step runs it
+};
+
+struct Workload {
+  std::string name;
+  int N, C, F, V, layers;
+};
+
+// The three GEMMs of a Linear inp[N,C]·W[OC,C]ᵀ, column-major as the backend issues them.
+void AddLinear(std::vector<Gemm>* out, const std::string& what, int N, int C, int OC,
+               int count) {
+  out->push_back({what + " fwd", true, false, OC, N, C, false, count});
+  out->push_back({what + " dinp", false, false, C, N, OC, false, count});
+  out->push_back({what + " dW", false, true, C, OC, N, true, count});
+}
+
+constexpr size_t kWorkspace = 32 << 20;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string wanted = "seed,gpt2,h2048";
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
+      wanted = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: gemm_bench [--workloads seed,gpt2,h2048] [--reps N]\n");
+      return 2;
+    }
+  }
+  const std::vector<Workload> all = {{"seed", 32 * 256, 768, 3072, 128, 4},
+                                     {"gpt2", 16 * 1024, 768, 3072, 50304, 12},
+                                     {"h2048", 8 * 1024, 2048, 8192, 128, 8}};
+  cublasLtHandle_t lt;
+  CKB(cublasLtCreate(&lt));
+  void* ws;
+  CK(cudaMalloc(&ws, kWorkspace));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  for (const Workload& w : all) {
+    if (wanted.find(w.name) == std::string::npos) continue;
+    std::vector<Gemm> gemms;
+    AddLinear(&gemms, "qkv", w.N, w.C, 3 * w.C, w.layers);
+    AddLinear(&gemms, "proj", w.N, w.C, w.C, w.layers);
+    AddLinear(&gemms, "fc1", w.N, w.C, w.F, w.layers);
+    AddLinear(&gemms, "fc2", w.N, w.F, w.C, w.layers);
+    AddLinear(&gemms, "head", w.N, w.C, w.V, 1);
+    std::printf("== %s (N=%d C=%d F=%d Vp=%d layers=%d)\n", w.name.c_str(), w.N, w.C, w.F, w.V,
+                w.layers);
+    std::printf("%-10s %6s %6s %6s %9s %9s %5s %8s %8s\n", "gemm", "m", "n", "k", "top1 ms",
+                "best ms", "algo", "top1 TF", "best TF");
+    double step_top1 = 0, step_best = 0;
+    for (const Gemm& g : gemms) {
+      const int ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k;
+      const int br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+      void *A, *B, *D;
+      CK(cudaMalloc(&A, size_t(ar) * ac * 2));
+      CK(cudaMalloc(&B, size_t(br) * bc * 2));
+      CK(cudaMalloc(&D, size_t(g.m) * g.n * 2));
+      CK(cudaMemset(A, 0x3c, size_t(ar) * ac * 2));  // bf16 ~0.0115: finite, non-zero
+      CK(cudaMemset(B, 0x3c, size_t(br) * bc * 2));
+      CK(cudaMemset(D, 0, size_t(g.m) * g.n * 2));
+      cublasLtMatmulDesc_t desc;
+      CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      cublasLtMatrixLayout_t la, lb, ld;
+      CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ar, ac, ar));
+      CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, br, bc, br));
+      CKB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.m));
+      cublasLtMatmulPreference_t pref;
+      CKB(cublasLtMatmulPreferenceCreate(&pref));
+      size_t wsb = kWorkspace;
+      CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &wsb, sizeof(wsb)));
+      cublasLtMatmulHeuristicResult_t res[16];
+      int found = 0;
+      CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, res, &found));
+      const float alpha = 1.f, beta = g.accumulate ? 1.f : 0.f;
+      double top1 = -1, best = 1e30;
+      int best_i = -1;
+      for (int i = 0; i < found; ++i) {
+        auto run = [&] {
+          return cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res[i].algo,
+                                ws, kWorkspace, 0);
+        };
+        if (run() != CUBLAS_STATUS_SUCCESS) continue;
+        for (int r = 0; r < 2; ++r) run();
+        CK(cudaEventRecord(e0));
+        for (int r = 0; r < reps; ++r) run();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const double per = ms / reps;
+        if (i == 0) top1 = per;
+        if (per < best) best = per, best_i = i;
+      }
+      const double flop = 2.0 * g.m * g.n * g.k;
+      std::printf("%-10s %6d %6d %6d %9.3f %9.3f %5d %8.0f %8.0f\n", g.name.c_str(), g.m, g.n, g.k,
+                  top1, best, best_i, flop / top1 / 1e9, flop / best / 1e9);
+      step_top1 += top1 * g.count;
+      step_best += best * g.count;
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la);
+      cublasLtMatrixLayoutDestroy(lb);
+      cublasLtMatrixLayoutDestroy(ld);
+      cublasLtMatmulDescDestroy(desc);
+      CK(cudaFree(A));
+      CK(cudaFree(B));
+      CK(cudaFree(D));
+    }
+    std::printf("%s: GEMM time per step: heuristic top-1 %.2f ms, best candidate %.2f ms\n",
+                w.name.c_str(), step_top1, step_best);
+  }
+  return 0;
+}
