@@ -5,7 +5,8 @@
 // layouts kernels/cuda/cuda_backend.cc uses), times the heuristic's top algorithm and each of
 // its next candidates (up to 16) with CUDA events, and prints per shape the top-1 time, the
 // best time and TFLOP/s, then per workload the GEMM time of one step with top-1 vs the best.
-// Epilogues are left at DEFAULT (bias and GELU epilogues change little of the main loop).
+// Forward GEMMs are also timed with the BIAS epilogue (and fc1's with GELU_AUX_BIAS), as
+// variants not counted in the step total.
 //
 //   gemm_bench [--workloads seed,gpt2,h2048] [--reps 20]
 #include <cublasLt.h>
@@ -20,23 +21,22 @@
 
 namespace {
 
-#define CK(call)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
-                   cudaGetErrorString(e));                                                \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+#define CK(call)                                                                                 \
+  do {                                                                                           \
+    cudaError_t e = (call);                                                                      \
+    if (e != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
   } while (0)
-#define CKB(call)                                                                         \
-  do {                                                                                    \
-    cublasStatus_t e = (call);                                                            \
-    if (e != CUBLAS_STATUS_SUCCESS) {                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
-                   cublasLtGetStatusName(e));                                             \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+#define CKB(call)                                                        \
+  do {                                                                   \
+    cublasStatus_t e = (call);                                           \
+    if (e != CUBLAS_STATUS_SUCCESS) {                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                   cublasLtGetStatusName(e));                            \
+      std::exit(1);                                                      \
+    }                                                                    \
   } while (0)
 
 struct Gemm {
@@ -44,7 +44,8 @@ struct Gemm {
   bool ta, tb;
   int m, n, k;
   bool accumulate;
-  int count;  // how many times one step runs it
+  int count;  // how many times one step runs it (0: a variant, not counted in the step)
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
 };
 
 struct Workload {
@@ -53,9 +54,13 @@ struct Workload {
 };
 
 // The three GEMMs of a Linear inp[N,C]·W[OC,C]ᵀ, column-major as the backend issues them.
-void AddLinear(std::vector<Gemm>* out, const std::string& what, int N, int C, int OC,
-               int count) {
+void AddLinear(std::vector<Gemm>* out, const std::string& what, int N, int C, int OC, int count) {
   out->push_back({what + " fwd", true, false, OC, N, C, false, count});
+  out->push_back({what + " fwd+b", true, false, OC, N, C, false, 0, CUBLASLT_EPILOGUE_BIAS});
+  if (what == "fc1") {
+    out->push_back(
+        {what + " fwd+g", true, false, OC, N, C, false, 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS});
+  }
   out->push_back({what + " dinp", false, false, C, N, OC, false, count});
   out->push_back({what + " dW", false, true, C, OC, N, true, count});
 }
@@ -113,9 +118,33 @@ int main(int argc, char** argv) {
       CK(cudaMemset(D, 0, size_t(g.m) * g.n * 2));
       cublasLtMatmulDesc_t desc;
       CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-      cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+      cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
       CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
       CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      void *bias = nullptr, *aux = nullptr;
+      if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g.epilogue,
+                                           sizeof(g.epilogue)));
+        cudaDataType_t bt = CUDA_R_16BF;
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                           sizeof(bt)));
+        CK(cudaMalloc(&bias, size_t(g.m) * 2));
+        CK(cudaMemset(bias, 0, size_t(g.m) * 2));
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias)));
+      }
+      if (g.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        int64_t ld = g.m;
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                           sizeof(ld)));
+        cudaDataType_t at = CUDA_R_16BF;
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+                                           sizeof(at)));
+        CK(cudaMalloc(&aux, size_t(g.m) * g.n * 2));
+        CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                           sizeof(aux)));
+      }
       cublasLtMatrixLayout_t la, lb, ld;
       CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ar, ac, ar));
       CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, br, bc, br));
@@ -123,8 +152,8 @@ int main(int argc, char** argv) {
       cublasLtMatmulPreference_t pref;
       CKB(cublasLtMatmulPreferenceCreate(&pref));
       size_t wsb = kWorkspace;
-      CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &wsb, sizeof(wsb)));
+      CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                               sizeof(wsb)));
       cublasLtMatmulHeuristicResult_t res[16];
       int found = 0;
       CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 16, res, &found));
@@ -161,6 +190,8 @@ int main(int argc, char** argv) {
       CK(cudaFree(A));
       CK(cudaFree(B));
       CK(cudaFree(D));
+      if (bias) CK(cudaFree(bias));
+      if (aux) CK(cudaFree(aux));
     }
     std::printf("%s: GEMM time per step: heuristic top-1 %.2f ms, best candidate %.2f ms\n",
                 w.name.c_str(), step_top1, step_best);
