@@ -39,8 +39,8 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
         absl::StrCat("precision '", precision, "': no memory estimate (expected fp32 or bf16)"));
   }
   const v1::ModelSpec& m = resolved.model();
-  if (m.vocab_size() <= 0 || m.hidden() <= 0 || m.heads() <= 0 || m.layers() <= 0 ||
-      m.ffn() <= 0 || m.context() <= 0 || resolved.training().batch_size() <= 0 ||
+  if (m.vocab_size() <= 0 || m.hidden() <= 0 || m.heads() <= 0 || m.layers() <= 0 || m.ffn() <= 0 ||
+      m.context() <= 0 || resolved.training().batch_size() <= 0 ||
       resolved.training().seq_len() <= 0) {
     return absl::InvalidArgumentError("model: not resolved (every size must be positive)");
   }
@@ -67,8 +67,7 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
                         AlignUp(R * C * elem);
   a += L * layer;
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
-  a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) +
-       AlignUp(f);
+  a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
   e.activations_bytes = a;
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;
   e.total_bytes =

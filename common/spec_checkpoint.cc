@@ -64,15 +64,15 @@ absl::Status ValidateCheckpoint(const v1::JobSpec& spec) {
   }
   if (absl::Status s = ValidateDir(c.dir()); !s.ok()) return s;
   if (spec.max_restarts() < 0 || spec.max_restarts() > kMaxMaxRestarts) {
-    return Invalid("max_restarts",
-                   absl::StrCat("must be in [0, ", kMaxMaxRestarts, "], got ", spec.max_restarts()));
+    return Invalid("max_restarts", absl::StrCat("must be in [0, ", kMaxMaxRestarts, "], got ",
+                                                spec.max_restarts()));
   }
   return absl::OkStatus();
 }
 
 std::string CheckpointDirectory(absl::string_view root, const v1::JobSpec& spec, int64_t job_id) {
-  const std::string leaf = spec.checkpoint().dir().empty() ? absl::StrCat("job-", job_id)
-                                                           : spec.checkpoint().dir();
+  const std::string leaf =
+      spec.checkpoint().dir().empty() ? absl::StrCat("job-", job_id) : spec.checkpoint().dir();
   if (root.empty()) return leaf;
   if (root.back() == '/') return absl::StrCat(root, leaf);
   return absl::StrCat(root, "/", leaf);

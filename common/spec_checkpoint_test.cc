@@ -82,15 +82,15 @@ TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
   absl::StatusOr<MemoryEstimate> cpu = EstimateTrainingMemory(*spec, "fp32", "cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   // minigpt: vocab 96 (padded 96), hidden 768, 4 layers, ffn 3072, context 256, untied head.
-  const int64_t per_layer = 2 * 768 + 3 * 768 * 768 + 3 * 768 + 768 * 768 + 768 + 2 * 768 +
-                            2 * 768 * 3072 + 3072 + 768;
+  const int64_t per_layer =
+      2 * 768 + 3 * 768 * 768 + 3 * 768 + 768 * 768 + 768 + 2 * 768 + 2 * 768 * 3072 + 3072 + 768;
   const int64_t n = 2 * 96 * 768 + 256 * 768 + 4 * per_layer + 2 * 768;
   EXPECT_EQ(cpu->num_params, n);
   EXPECT_EQ(cpu->params_bytes, 4 * n);
   EXPECT_EQ(cpu->optimizer_bytes, 8 * n + n);
   EXPECT_EQ(cpu->runtime_bytes, 0);
-  EXPECT_EQ(cpu->total_bytes, cpu->params_bytes + cpu->grads_bytes + cpu->optimizer_bytes +
-                                  cpu->activations_bytes);
+  EXPECT_EQ(cpu->total_bytes,
+            cpu->params_bytes + cpu->grads_bytes + cpu->optimizer_bytes + cpu->activations_bytes);
   absl::StatusOr<MemoryEstimate> gpu = EstimateTrainingMemory(*spec, "bf16", "cuda");
   ASSERT_TRUE(gpu.ok());
   EXPECT_EQ(gpu->params_bytes, 2 * n);

@@ -22,10 +22,9 @@ void Coordinator::FailAttempt(Update& u, v1::Job* job, const std::string& cause)
     return;
   }
   SetState(u, job, v1::FAILED,
-           max_restarts == 0
-               ? cause
-               : absl::StrCat(cause, " (attempt ", attempt, "; all ", max_restarts,
-                              " restarts used)"));
+           max_restarts == 0 ? cause
+                             : absl::StrCat(cause, " (attempt ", attempt, "; all ", max_restarts,
+                                            " restarts used)"));
 }
 
 bool Coordinator::AnyWorkerBusyWith(int64_t job_id) const {
@@ -58,12 +57,12 @@ absl::Status Coordinator::CheckMemoryAtSubmit(const v1::JobSpec& spec) {
   const int64_t have = largest->info.capabilities().gpu_memory_bytes();
   if (estimate->total_bytes <= have) return absl::OkStatus();
   const auto gib = [](int64_t b) { return absl::StrFormat("%.2f GiB", b / 1073741824.0); };
-  return absl::FailedPreconditionError(absl::StrCat(
-      "model: this job needs an estimated ", common::FormatMemoryEstimate(*estimate),
-      " of GPU memory per worker at ", *precision, "; the largest GPU of the ", cuda_workers,
-      " registered cuda worker(s) has ", gib(have), " (", largest->info.id(), ", ",
-      largest->info.capabilities().gpu_name(),
-      "); reduce training.batch_size, training.seq_len or the model"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("model: this job needs an estimated ", common::FormatMemoryEstimate(*estimate),
+                   " of GPU memory per worker at ", *precision, "; the largest GPU of the ",
+                   cuda_workers, " registered cuda worker(s) has ", gib(have), " (",
+                   largest->info.id(), ", ", largest->info.capabilities().gpu_name(),
+                   "); reduce training.batch_size, training.seq_len or the model"));
 }
 
 }  // namespace boulder::server

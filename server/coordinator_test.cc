@@ -576,7 +576,6 @@ TEST_F(CoordinatorTest, SubscribersSeeTheirJobsEventsInOrder) {
   EXPECT_THAT(seen, ElementsAre("SCHEDULED", "RUNNING", "step 1"));
 }
 
-
 // --- Restarts of failed attempts (coordinator_restart.cc).
 
 TEST_F(CoordinatorTest, FailedAttemptsRestartUpToMaxRestartsThenFail) {
@@ -605,9 +604,9 @@ TEST_F(CoordinatorTest, FailedAttemptsRestartUpToMaxRestartsThenFail) {
   EXPECT_EQ(j.message(),
             "rank 0 on worker worker-1 exited with code 1: boom again (attempt 3; all 2 "
             "restarts used)");
-  EXPECT_THAT(Events(job), ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING",
-                                       "SCHEDULED", "RUNNING", "step 2", "RESTARTING",
-                                       "SCHEDULED", "FAILED"));
+  EXPECT_THAT(Events(job),
+              ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING", "SCHEDULED",
+                          "RUNNING", "step 2", "RESTARTING", "SCHEDULED", "FAILED"));
   // Every attempt is explained in the job's events.
   auto page = c_->ReadEvents(job, 0, 0);
   ASSERT_TRUE(page.ok());
@@ -707,8 +706,8 @@ TEST_F(CoordinatorTest, JobNotReclaimedAfterACoordinatorRestartIsRestarted) {
   auto hb = Beat(w2);
   ASSERT_THAT(hb->assignments(), SizeIs(1));
   EXPECT_EQ(hb->assignments(0).attempt(), 2);
-  EXPECT_THAT(Events(job), ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING",
-                                       "SCHEDULED"));
+  EXPECT_THAT(Events(job),
+              ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING", "SCHEDULED"));
 }
 
 // --- Memory estimate at submit and in placement.
@@ -724,9 +723,10 @@ TEST_F(CoordinatorTest, JobLargerThanEveryGpuIsRefusedAtSubmitWithTheEstimate) {
   auto refused = c_->SubmitJob(big);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.status().message(), StartsWith("model: this job needs an estimated "));
-  EXPECT_THAT(refused.status().message(), HasSubstr("activations"));
-  EXPECT_THAT(refused.status().message(), HasSubstr("has 2.00 GiB (worker-1, Tiny GPU)"));
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, StartsWith("model: this job needs an estimated "));
+  EXPECT_THAT(message, HasSubstr("activations"));
+  EXPECT_THAT(message, HasSubstr("has 2.00 GiB (worker-1, Tiny GPU)"));
   auto listed = c_->ListJobs(v1::ListJobsRequest());
   ASSERT_TRUE(listed.ok());
   EXPECT_THAT(*listed, IsEmpty()) << "nothing stored";

@@ -156,10 +156,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         auto staged = StageJob(u, job->id());
         if (!staged.ok()) return staged.status();
         FailAttempt(u, *staged,
-                 prior->registered
-                     ? absl::StrCat("rank ", rank, " on worker ", id,
-                                    " lost: the worker registered again without its trainer")
-                     : kLostInRestart);
+                    prior->registered
+                        ? absl::StrCat("rank ", rank, " on worker ", id,
+                                       " lost: the worker registered again without its trainer")
+                        : kLostInRestart);
       }
     }
   }
@@ -191,8 +191,7 @@ absl::Status Coordinator::RunScheduler() {
             });
   // RESTARTING jobs wait here, in id order with the queued ones, until no worker still runs
   // their failed attempt.
-  auto queued =
-      store_->ListJobs({v1::QUEUED, v1::RESTARTING}, 0, JobStore::Order::kOldestFirst);
+  auto queued = store_->ListJobs({v1::QUEUED, v1::RESTARTING}, 0, JobStore::Order::kOldestFirst);
   if (!queued.ok()) return queued.status();
   if (queued->empty()) return absl::OkStatus();
 
@@ -420,9 +419,10 @@ absl::Status Coordinator::CheckLiveness() {
       auto job = StageJob(u, w->job_id());
       if (job.ok() && IsActive((*job)->state()) && RankOf(**job, id) >= 0) {
         FailAttempt(u, *job,
-                 e.registered ? absl::StrFormat("worker %s lost: no heartbeat for %.1f s", id,
-                                                absl::ToDoubleSeconds(options_.heartbeat_timeout))
-                              : kLostInRestart);
+                    e.registered
+                        ? absl::StrFormat("worker %s lost: no heartbeat for %.1f s", id,
+                                          absl::ToDoubleSeconds(options_.heartbeat_timeout))
+                        : kLostInRestart);
       }
     }
     Release(u, id);

@@ -119,8 +119,8 @@ absl::Status WriteCheckpointFile(const std::string& path, int64_t step,
     if (s.name.empty() || s.name.size() >= kCheckpointNameBytes ||
         s.name.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint section name '", s.name,
-                                                     "': must be 1 to ",
-                                                     kCheckpointNameBytes - 1, " bytes"));
+                                                     "': must be 1 to ", kCheckpointNameBytes - 1,
+                                                     " bytes"));
     }
     if (!names.insert(s.name).second) {
       return absl::InvalidArgumentError(
@@ -290,8 +290,8 @@ absl::StatusOr<std::optional<CheckpointData>> LoadLatestCheckpoint(
     absl::StatusOr<CheckpointData> data = ReadCheckpointFile(path);
     if (data.ok()) {
       if (data->step != step) {
-        const absl::Status s = absl::DataLossError(absl::StrCat(
-            path, ": holds step ", data->step, " but is named for step ", step));
+        const absl::Status s = absl::DataLossError(
+            absl::StrCat(path, ": holds step ", data->step, " but is named for step ", step));
         if (on_skip) on_skip(path, s);
         continue;
       }

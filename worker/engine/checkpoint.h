@@ -94,8 +94,8 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step,
 // through `on_skip(path, why)` and skipped. nullopt when there is none (or no directory).
 // Errors other than DATA_LOSS from a file (e.g. permission denied) are returned.
 absl::StatusOr<std::optional<CheckpointData>> LoadLatestCheckpoint(
-    const std::string& dir, const std::function<void(const std::string&, const absl::Status&)>&
-                                on_skip = nullptr,
+    const std::string& dir,
+    const std::function<void(const std::string&, const absl::Status&)>& on_skip = nullptr,
     std::string* loaded_path = nullptr);
 
 }  // namespace boulder::engine

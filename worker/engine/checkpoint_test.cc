@@ -68,9 +68,10 @@ TEST(CheckpointFileTest, RoundTripsSectionsAndStep) {
   TempDir dir;
   const std::string a = RandomBytes(5000, 1), b = "step=3\n", empty;
   const std::string path = dir.path() + "/x.bin";
-  ASSERT_TRUE(WriteCheckpointFile(path, 3, {{"params", a.data(), a.size()},
-                                            {"meta", b.data(), b.size()},
-                                            {"fp8_scaling", empty.data(), 0}})
+  ASSERT_TRUE(WriteCheckpointFile(path, 3,
+                                  {{"params", a.data(), a.size()},
+                                   {"meta", b.data(), b.size()},
+                                   {"fp8_scaling", empty.data(), 0}})
                   .ok());
   absl::StatusOr<CheckpointData> read = ReadCheckpointFile(path);
   ASSERT_TRUE(read.ok()) << read.status();
@@ -89,8 +90,7 @@ TEST(CheckpointFileTest, RoundTripsSectionsAndStep) {
 TEST(CheckpointFileTest, RejectsBadSectionNames) {
   TempDir dir;
   const std::string path = dir.path() + "/x.bin";
-  EXPECT_EQ(WriteCheckpointFile(path, 1, {{"", "", 0}}).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteCheckpointFile(path, 1, {{"", "", 0}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteCheckpointFile(path, 1, {{std::string(32, 'n'), "", 0}}).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteCheckpointFile(path, 1, {{"a", "", 0}, {"a", "", 0}}).code(),
@@ -102,8 +102,8 @@ TEST(CheckpointFileTest, EveryTruncationIsDataLoss) {
   TempDir dir;
   const std::string a = RandomBytes(300, 2), b = RandomBytes(200, 3);
   const std::string path = dir.path() + "/x.bin";
-  ASSERT_TRUE(WriteCheckpointFile(path, 9, {{"a", a.data(), a.size()}, {"b", b.data(), b.size()}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteCheckpointFile(path, 9, {{"a", a.data(), a.size()}, {"b", b.data(), b.size()}}).ok());
   const std::string whole = ReadFile(path);
   const std::string cut = dir.path() + "/cut.bin";
   for (size_t len = 0; len < whole.size(); len += 7) {
@@ -120,8 +120,8 @@ TEST(CheckpointFileTest, EveryFlippedByteIsDataLoss) {
   TempDir dir;
   const std::string a = RandomBytes(64, 4), b = RandomBytes(48, 5);
   const std::string path = dir.path() + "/x.bin";
-  ASSERT_TRUE(WriteCheckpointFile(path, 1, {{"a", a.data(), a.size()}, {"b", b.data(), b.size()}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteCheckpointFile(path, 1, {{"a", a.data(), a.size()}, {"b", b.data(), b.size()}}).ok());
   const std::string whole = ReadFile(path);
   const std::string bad = dir.path() + "/bad.bin";
   for (size_t i = 0; i < whole.size(); ++i) {
@@ -206,8 +206,8 @@ TEST(CheckpointDirTest, RenamedFileIsDetected) {
   std::filesystem::rename(root.path() + "/" + CheckpointFileName(5),
                           root.path() + "/" + CheckpointFileName(7));
   int skips = 0;
-  auto r = LoadLatestCheckpoint(root.path(),
-                                [&](const std::string&, const absl::Status&) { ++skips; });
+  auto r =
+      LoadLatestCheckpoint(root.path(), [&](const std::string&, const absl::Status&) { ++skips; });
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
   EXPECT_EQ(skips, 1);
@@ -222,8 +222,8 @@ TEST(CheckpointDirTest, NoDirectoryMeansNoCheckpoint) {
 TEST(CheckpointDirTest, UnwritableDirectoryIsAnError) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   TempDir root;
-  std::filesystem::permissions(root.path(), std::filesystem::perms::owner_read |
-                                                std::filesystem::perms::owner_exec);
+  std::filesystem::permissions(
+      root.path(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   absl::Status s = SaveCheckpoint(root.path(), 1, Sections("x"), 1);
   std::filesystem::permissions(root.path(), std::filesystem::perms::owner_all);
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;

@@ -24,7 +24,7 @@ std::array<uint32_t, 256> MakeTable() {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t crc, const uint8_t* p,
-                                                           size_t n) {
+                                                          size_t n) {
   uint64_t c = ~crc;
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t word;

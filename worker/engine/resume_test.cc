@@ -43,13 +43,20 @@ class TempDir {
 };
 
 v1::JobSpec Spec(std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"model.hidden=32",        "model.heads=2",
-                                   "model.layers=2",         "model.ffn=64",
-                                   "model.context=16",       "training.batch_size=4",
-                                   "training.steps=12",      "training.lr=0.005",
-                                   "training.warmup_steps=3", "training.schedule=cosine",
-                                   "checkpoint.every_steps=4", "checkpoint.keep_last=2",
-                                   "generation.tokens=4",    "resources.backend=cpu",
+  std::vector<std::string> sets = {"model.hidden=32",
+                                   "model.heads=2",
+                                   "model.layers=2",
+                                   "model.ffn=64",
+                                   "model.context=16",
+                                   "training.batch_size=4",
+                                   "training.steps=12",
+                                   "training.lr=0.005",
+                                   "training.warmup_steps=3",
+                                   "training.schedule=cosine",
+                                   "checkpoint.every_steps=4",
+                                   "checkpoint.keep_last=2",
+                                   "generation.tokens=4",
+                                   "resources.backend=cpu",
                                    "precision=fp32"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   absl::StatusOr<v1::JobSpec> spec = common::LoadJobSpec("{}", sets);
@@ -178,10 +185,26 @@ TEST(ResumeTest, CheckpointsOffWithoutADirectoryOrWithEveryStepsZero) {
   EXPECT_TRUE(ListCheckpoints(dir.path())->empty());
 }
 
+// An out-of-memory fails the run with the allocation that failed (the message the attempt's
+// exit report carries). The activation arena asked for here (2^33 token rows of 16384 logits)
+// is larger than any address space, so the allocation fails whatever the overcommit policy.
+TEST(OutOfMemoryTest, NamesTheAllocationThatFailed) {
+  TrainerOptions o;
+  o.spec = Spec({"model.vocab_size=16384", "model.context=131072", "training.seq_len=131072",
+                 "training.batch_size=65536", "model.layers=1", "model.heads=1"});
+  o.backend = "cpu";
+  o.threads = 1;
+  const absl::Status s = RunTrainer(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("cpu backend: cannot allocate "));
+  EXPECT_THAT(s.message(), HasSubstr(" bytes of host memory"));
+}
+
 // The common/ estimate the coordinator checks at submit equals what the model allocates.
 TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
   for (const std::vector<std::string>& sets :
-       {std::vector<std::string>{}, {"model.tie_embeddings=true", "training.batch_size=1"},
+       {std::vector<std::string>{},
+        {"model.tie_embeddings=true", "training.batch_size=1"},
         {"model.vocab_size=1500", "model.layers=3", "training.seq_len=8"}}) {
     const v1::JobSpec spec = Spec(sets);
     absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = kernels::NewCpuBackend(1);
@@ -194,8 +217,7 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
     mo.seq_len = spec.training().seq_len();
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok());
-    absl::StatusOr<common::MemoryEstimate> e =
-        common::EstimateTrainingMemory(spec, "fp32", "cpu");
+    absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp32", "cpu");
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(e->num_params, static_cast<int64_t>((*model)->num_params()));
     EXPECT_EQ(e->activations_bytes, static_cast<int64_t>((*model)->activation_bytes()));

@@ -211,9 +211,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
     if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&
         step < total) {
-      absl::Status saved =
-          SaveTrainerCheckpoint(**backend, model, spec, o.checkpoint_dir, step, tokens_processed,
-                                spec.checkpoint().keep_last());
+      absl::Status saved = SaveTrainerCheckpoint(**backend, model, spec, o.checkpoint_dir, step,
+                                                 tokens_processed, spec.checkpoint().keep_last());
       if (!saved.ok()) {
         Notice(o, absl::StrCat("warning: checkpoint at step ", step,
                                " not written: ", saved.message()));

@@ -26,9 +26,9 @@ std::vector<std::pair<std::string, std::string>> IdentityKeys(const kernels::Bac
       {"num_params", absl::StrCat(model.num_params())},
       {"compute_dtype", kernels::DTypeName(backend.compute_dtype())},
       {"state_dtype", kernels::DTypeName(backend.state_dtype())},
-      {"model", absl::StrCat("vocab ", m.vocab_size(), " hidden ", m.hidden(), " heads ",
-                             m.heads(), " layers ", m.layers(), " ffn ", m.ffn(), " context ",
-                             m.context(), " tied ", m.tie_embeddings() ? 1 : 0)},
+      {"model", absl::StrCat("vocab ", m.vocab_size(), " hidden ", m.hidden(), " heads ", m.heads(),
+                             " layers ", m.layers(), " ffn ", m.ffn(), " context ", m.context(),
+                             " tied ", m.tie_embeddings() ? 1 : 0)},
       {"batch", absl::StrCat(t.batch_size(), " x ", t.seq_len(), " x ", t.grad_accum_steps())},
       {"data", absl::StrCat(spec.data().source(), " max_stride ", spec.data().max_stride())},
       {"seed", absl::StrCat(t.seed())},
@@ -69,7 +69,8 @@ absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model
   meta_kv.emplace_back("step", absl::StrCat(step));
   meta_kv.emplace_back("tokens_processed", absl::StrCat(tokens_processed));
   const std::string meta = ToText(meta_kv);
-  const std::string data = ToText({{"source", spec.data().source()}, {"next_step", absl::StrCat(step + 1)}});
+  const std::string data =
+      ToText({{"source", spec.data().source()}, {"next_step", absl::StrCat(step + 1)}});
   const std::string rng =
       ToText({{"kind", "counter-based (SplitMix64/xoshiro256** keyed by seed, rank, step)"},
               {"init_seed", absl::StrCat(spec.training().seed())},
@@ -137,8 +138,8 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
     return fail("meta has no tokens_processed");
   }
   if (point.step > spec.training().steps()) {
-    return fail(absl::StrCat("step ", point.step, " is past training.steps ",
-                             spec.training().steps()));
+    return fail(
+        absl::StrCat("step ", point.step, " is past training.steps ", spec.training().steps()));
   }
   const size_t n = model.num_params();
   const size_t pbytes = n * kernels::DTypeSize(backend.compute_dtype());
@@ -156,8 +157,8 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
     const std::string* bytes = ckpt.Find(t.name);
     if (bytes == nullptr) return fail(absl::StrCat("no ", t.name, " section"));
     if (bytes->size() != t.bytes) {
-      return fail(absl::StrCat("section ", t.name, " has ", bytes->size(), " bytes, expected ",
-                               t.bytes));
+      return fail(
+          absl::StrCat("section ", t.name, " has ", bytes->size(), " bytes, expected ", t.bytes));
     }
   }
   for (const Target& t : targets) {
