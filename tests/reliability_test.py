@@ -12,15 +12,15 @@ processes on 127.0.0.1.
 
 Usage: reliability_test.py BIN_DIR REPO_DIR
 """
-import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Cluster, Proc, wait_until  # noqa: E402
+from harness import Cluster, wait_until  # noqa: E402
 
 BIN = REPO = None
 
@@ -53,6 +53,7 @@ class Reliability(unittest.TestCase):
     def tearDown(self):
         if self.c:
             self.c.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def cluster(self, workers, heartbeat_timeout_ms=3000):
         # A short heartbeat timeout so a lost worker is noticed within seconds.
