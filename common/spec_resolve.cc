@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "common/spec.h"
+#include "common/spec_checkpoint.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -316,6 +317,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ExpandPreset(out.mutable_model());
   if (!status.ok()) return status;
   FillDefaults(&out);
+  FillCheckpointDefaults(&out);
   status = ValidateName(out.name());
   if (status.ok()) status = ValidateModel(out.model());
   if (status.ok()) status = ValidateData(out.data(), out.model());
@@ -323,6 +325,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ValidateResources(out.resources());
   if (status.ok()) status = ValidatePrecision(out.precision(), out.resources().backend());
   if (status.ok()) status = ValidateGeneration(out.generation(), out.model());
+  if (status.ok()) status = ValidateCheckpoint(out);
   if (!status.ok()) return status;
   return out;
 }

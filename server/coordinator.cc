@@ -191,6 +191,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   if (!spec.ok()) return spec.status();
 
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckMemoryAtSubmit(*spec); !s.ok()) return s;
   v1::Job job;
   job.set_name(spec->name());
   job.set_state(v1::QUEUED);

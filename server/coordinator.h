@@ -7,8 +7,13 @@
 // an acknowledged change is durable and a watcher never sees an event the store lacks.
 //
 // Job lifecycle: QUEUED -> SCHEDULED (placed; attempt incremented) -> RUNNING (first report)
-// -> SUCCEEDED | FAILED | CANCELLED. Any non-terminal state may go to CANCELLED (CancelJob)
-// or FAILED (worker lost, trainer failed, lost during a coordinator restart).
+// -> SUCCEEDED | FAILED | CANCELLED. Any non-terminal state may go to CANCELLED (CancelJob).
+// A failed attempt (worker lost, trainer exited non-zero or by a signal, trainer stopped by its
+// agent unasked, lost during a coordinator restart) makes the job RESTARTING while
+// attempt <= spec.max_restarts, else FAILED with the cause (coordinator_restart.cc). A
+// RESTARTING job is placed again (on any suitable idle worker, as a queued job in id order)
+// once no worker still runs its failed attempt; its trainer resumes from the job's latest
+// checkpoint. Each failed attempt and each placement is a state-change event.
 //
 // Worker protocol (what a worker agent must do):
 //  - RegisterWorker, then Heartbeat every heartbeat_interval. NOT_FOUND from any worker RPC
@@ -34,8 +39,13 @@
 //  - A gang job succeeds when every rank exited 0; the first rank to fail fails the job and
 //    the other ranks are cancelled.
 //  - An exit reported as cancelled while the job is still active (nobody asked for it: the
-//    agent shutting down, say) fails the job, "rank R on worker W was stopped by its agent";
-//    once the job is CANCELLED (or otherwise finished) exits do not change its state.
+//    agent shutting down, say) fails the attempt, "rank R on worker W was stopped by its
+//    agent" (a restart within max_restarts); once the job is CANCELLED (or otherwise
+//    finished) exits do not change its state.
+//  - SubmitJob refuses (FAILED_PRECONDITION, with the estimate) a job that can only run on
+//    cuda workers when every registered cuda worker's GPU is smaller than the job's memory
+//    estimate (common/memory_estimate.h); with no cuda worker registered it queues. The
+//    scheduler never places a job on a GPU smaller than its estimate.
 //  - workers.last_heartbeat in the store is written on registration, on changes of state and
 //    by Flush() (at shutdown), not on every heartbeat.
 //
@@ -167,6 +177,14 @@ class Coordinator {
   void RefreshGauges(bool jobs, bool workers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status RunScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The current attempt of `job` failed because of `cause`: RESTARTING within the job's
+  // max_restarts, else FAILED. No-op for a job not SCHEDULED or RUNNING (coordinator_restart.cc).
+  void FailAttempt(Update& u, v1::Job* job, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK, or FAILED_PRECONDITION when no registered cuda worker can hold a cuda-only `spec`.
+  absl::Status CheckMemoryAtSubmit(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True while a worker is BUSY with `job_id` (a RESTARTING job waits for that).
+  bool AnyWorkerBusyWith(int64_t job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<WorkerEntry*> FindRegistered(const std::string& id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewWorkerId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

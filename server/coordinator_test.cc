@@ -576,5 +576,184 @@ TEST_F(CoordinatorTest, SubscribersSeeTheirJobsEventsInOrder) {
   EXPECT_THAT(seen, ElementsAre("SCHEDULED", "RUNNING", "step 1"));
 }
 
+// --- Restarts of failed attempts (coordinator_restart.cc).
+
+TEST_F(CoordinatorTest, FailedAttemptsRestartUpToMaxRestartsThenFail) {
+  const int64_t job = Submit({"max_restarts=2"});
+  const std::string w = Register();
+  ASSERT_THAT(Beat(w)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Step(w, job, 1, 1, 4.5).ok());
+  ASSERT_TRUE(Exit(w, job, 1, 1, 0, "boom").ok());
+  v1::Job j = Job(job);
+  EXPECT_EQ(j.state(), v1::RESTARTING);
+  EXPECT_EQ(j.attempt(), 1);
+  EXPECT_EQ(WorkerInfo(w).state(), v1::WORKER_IDLE);
+
+  auto hb = Beat(w);
+  ASSERT_THAT(hb->assignments(), SizeIs(1));
+  EXPECT_EQ(hb->assignments(0).attempt(), 2);
+  EXPECT_EQ(Job(job).state(), v1::SCHEDULED);
+  ASSERT_TRUE(Step(w, job, 2, 2, 4.0).ok());
+  ASSERT_TRUE(Exit(w, job, 2, -1, 9).ok());
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING);
+
+  ASSERT_THAT(Beat(w)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Exit(w, job, 3, 1, 0, "boom again").ok());
+  j = Job(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_EQ(j.message(),
+            "rank 0 on worker worker-1 exited with code 1: boom again (attempt 3; all 2 "
+            "restarts used)");
+  EXPECT_THAT(Events(job),
+              ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING", "SCHEDULED",
+                          "RUNNING", "step 2", "RESTARTING", "SCHEDULED", "FAILED"));
+  // Every attempt is explained in the job's events.
+  auto page = c_->ReadEvents(job, 0, 0);
+  ASSERT_TRUE(page.ok());
+  std::vector<std::string> messages;
+  for (const v1::JobEvent& e : page->events) {
+    if (e.has_state_change()) messages.push_back(e.state_change().message());
+  }
+  EXPECT_EQ(messages[3],
+            "attempt 1 failed: rank 0 on worker worker-1 exited with code 1: boom; restart 1 of "
+            "2 from the latest checkpoint");
+  EXPECT_EQ(messages[4], "attempt 2 scheduled on worker-1");
+  EXPECT_THAT(messages[6], StartsWith("attempt 2 failed: rank 0 on worker worker-1 killed by "
+                                      "signal 9; restart 2 of 2"));
+}
+
+TEST_F(CoordinatorTest, LostWorkersJobRestartsOnAnotherWorker) {
+  const int64_t job = Submit({"max_restarts=1"});
+  const std::string w1 = Register();
+  now_ += absl::Seconds(1);
+  const std::string w2 = Register();
+  ASSERT_THAT(Beat(w1)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Step(w1, job, 1, 1, 4.5).ok());
+  now_ += absl::Seconds(6);
+  ASSERT_THAT(Beat(w2)->assignments(), IsEmpty());
+  now_ += absl::Seconds(5);
+  ASSERT_TRUE(c_->CheckLiveness().ok());
+  EXPECT_EQ(WorkerInfo(w1).state(), v1::WORKER_LOST);
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING);
+  auto hb = Beat(w2);
+  ASSERT_THAT(hb->assignments(), SizeIs(1));
+  EXPECT_EQ(hb->assignments(0).attempt(), 2);
+  EXPECT_THAT(Job(job).workers(), ElementsAre(w2));
+  ASSERT_TRUE(Step(w2, job, 2, 2, 4.0).ok());
+  ASSERT_TRUE(Exit(w2, job, 2, 0).ok());
+  EXPECT_EQ(Job(job).state(), v1::SUCCEEDED);
+
+  // The lost worker comes back still running attempt 1: it is told to stop it, and its exit
+  // does not touch the finished job.
+  EXPECT_EQ(Register("cpu", w1, {Trainer(job, 1)}), w1);
+  hb = Beat(w1, {Trainer(job, 1)});
+  ASSERT_THAT(hb->cancel(), SizeIs(1));
+  ASSERT_TRUE(Exit(w1, job, 1, -1, 15, "", true).ok());
+  EXPECT_EQ(Job(job).state(), v1::SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, RestartWaitsUntilTheFailedAttemptsTrainerHasStopped) {
+  const int64_t job = Submit({"max_restarts=1"});
+  const std::string w = Register();
+  ASSERT_THAT(Beat(w)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Step(w, job, 1, 1, 4.5).ok());
+  now_ += kTimeout + absl::Seconds(1);
+  ASSERT_TRUE(c_->CheckLiveness().ok());
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING);
+  EXPECT_EQ(Job(job).message(), "");
+  // Back with attempt 1 still running: never two attempts at once on it.
+  EXPECT_EQ(Register("cpu", w, {Trainer(job, 1)}), w);
+  auto hb = Beat(w, {Trainer(job, 1)});
+  EXPECT_THAT(hb->assignments(), IsEmpty());
+  ASSERT_THAT(hb->cancel(), SizeIs(1));
+  EXPECT_EQ(hb->cancel(0).attempt(), 1);
+  // A late step report of the failed attempt is refused.
+  EXPECT_TRUE(Step(w, job, 1, 2, 4.0)->cancel());
+  ASSERT_TRUE(Exit(w, job, 1, -1, 15, "", /*cancelled=*/true).ok());
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING) << "the old attempt's exit changes nothing";
+  hb = Beat(w);
+  ASSERT_THAT(hb->assignments(), SizeIs(1));
+  EXPECT_EQ(hb->assignments(0).attempt(), 2);
+}
+
+TEST_F(CoordinatorTest, TrainerStoppedByItsAgentUnaskedIsRestarted) {
+  const int64_t job = Submit({"max_restarts=3"});
+  const std::string w = Register();
+  ASSERT_THAT(Beat(w)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Step(w, job, 1, 1, 4.5).ok());
+  ASSERT_TRUE(Exit(w, job, 1, -1, 15, "", /*cancelled=*/true).ok());
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING);
+  auto page = c_->ReadEvents(job, 0, 0);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(page->events.back().state_change().message(),
+              HasSubstr("rank 0 on worker worker-1 killed by signal 15; restart 1 of 3"));
+  // A user's cancel of a restarting job ends it.
+  ASSERT_TRUE(c_->CancelJob(job).ok());
+  EXPECT_EQ(Job(job).state(), v1::CANCELLED);
+  EXPECT_THAT(Beat(w)->assignments(), IsEmpty());
+}
+
+TEST_F(CoordinatorTest, JobNotReclaimedAfterACoordinatorRestartIsRestarted) {
+  const int64_t job = Submit({"max_restarts=1"});
+  const std::string w = Register();
+  ASSERT_THAT(Beat(w)->assignments(), SizeIs(1));
+  ASSERT_TRUE(Step(w, job, 1, 1, 4.5).ok());
+  Restart();
+  now_ += kTimeout + absl::Seconds(1);
+  ASSERT_TRUE(c_->CheckLiveness().ok());
+  EXPECT_EQ(Job(job).state(), v1::RESTARTING);
+  const std::string w2 = Register();
+  auto hb = Beat(w2);
+  ASSERT_THAT(hb->assignments(), SizeIs(1));
+  EXPECT_EQ(hb->assignments(0).attempt(), 2);
+  EXPECT_THAT(Events(job),
+              ElementsAre("QUEUED", "SCHEDULED", "RUNNING", "step 1", "RESTARTING", "SCHEDULED"));
+}
+
+// --- Memory estimate at submit and in placement.
+
+TEST_F(CoordinatorTest, JobLargerThanEveryGpuIsRefusedAtSubmitWithTheEstimate) {
+  v1::RegisterWorkerRequest r;
+  r.mutable_capabilities()->set_backend("cuda");
+  r.mutable_capabilities()->set_gpu_name("Tiny GPU");
+  r.mutable_capabilities()->set_gpu_memory_bytes(int64_t{2} << 30);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  v1::SubmitJobRequest big;
+  big.set_spec_yaml("{precision: bf16, model: {preset: gpt2}, training: {batch_size: 16}}");
+  auto refused = c_->SubmitJob(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, StartsWith("model: this job needs an estimated "));
+  EXPECT_THAT(message, HasSubstr("activations"));
+  EXPECT_THAT(message, HasSubstr("has 2.00 GiB (worker-1, Tiny GPU)"));
+  auto listed = c_->ListJobs(v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_THAT(*listed, IsEmpty()) << "nothing stored";
+
+  // A smaller job fits and is accepted.
+  v1::SubmitJobRequest small;
+  small.set_spec_yaml(
+      "{precision: bf16, model: {hidden: 64, heads: 4, layers: 2, ffn: 256, context: 32}}");
+  EXPECT_TRUE(c_->SubmitJob(small).ok());
+}
+
+TEST_F(CoordinatorTest, AutoJobIsNotPlacedOnAGpuTooSmallForIt) {
+  v1::RegisterWorkerRequest r;
+  r.mutable_capabilities()->set_backend("cuda");
+  r.mutable_capabilities()->set_gpu_memory_bytes(int64_t{1} << 30);
+  auto gpu = c_->RegisterWorker(r);
+  ASSERT_TRUE(gpu.ok());
+  v1::SubmitJobRequest auto_job;  // backend and precision auto: cpu or cuda
+  auto_job.set_spec_yaml("{model: {preset: gpt2}, training: {batch_size: 8}}");
+  auto job = c_->SubmitJob(auto_job);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(Beat(gpu->worker_id())->assignments(), IsEmpty());
+  const std::string cpu = Register("cpu");
+  auto hb = Beat(cpu);
+  ASSERT_THAT(hb->assignments(), SizeIs(1));
+  EXPECT_EQ(hb->assignments(0).job_id(), job->id());
+}
+
 }  // namespace
 }  // namespace boulder::server

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/memory_estimate.h"
 #include "common/spec.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/coordinator.h"
@@ -65,6 +66,17 @@ std::string ExitMessage(const v1::ReportExitRequest& r, int rank) {
   }
   if (!r.message().empty()) absl::StrAppend(&msg, ": ", r.message());
   return msg;
+}
+
+// The GPU memory a job needs per rank on a cuda worker; 0 when it cannot run there or has no
+// estimate (the scheduler then does not check).
+int64_t GpuBytesNeeded(const v1::JobSpec& spec) {
+  if (common::RequiredBackend(spec) == "cpu") return 0;
+  absl::StatusOr<std::string> precision = common::EffectivePrecision(spec, "cuda");
+  if (!precision.ok()) return 0;
+  absl::StatusOr<common::MemoryEstimate> e =
+      common::EstimateTrainingMemory(spec, *precision, "cuda");
+  return e.ok() ? e->total_bytes : 0;
 }
 
 }  // namespace
@@ -143,11 +155,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       } else {
         auto staged = StageJob(u, job->id());
         if (!staged.ok()) return staged.status();
-        SetState(u, *staged, v1::FAILED,
-                 prior->registered
-                     ? absl::StrCat("rank ", rank, " on worker ", id,
-                                    " lost: the worker registered again without its trainer")
-                     : kLostInRestart);
+        FailAttempt(u, *staged,
+                    prior->registered
+                        ? absl::StrCat("rank ", rank, " on worker ", id,
+                                       " lost: the worker registered again without its trainer")
+                        : kLostInRestart);
       }
     }
   }
@@ -177,20 +189,27 @@ absl::Status Coordinator::RunScheduler() {
               int64_t tb = TimeUtil::TimestampToMicroseconds(b->info.register_time());
               return ta != tb ? ta < tb : a->info.id() < b->info.id();
             });
-  auto queued = store_->ListJobs({v1::QUEUED}, 0, JobStore::Order::kOldestFirst);
+  // RESTARTING jobs wait here, in id order with the queued ones, until no worker still runs
+  // their failed attempt.
+  auto queued = store_->ListJobs({v1::QUEUED, v1::RESTARTING}, 0, JobStore::Order::kOldestFirst);
   if (!queued.ok()) return queued.status();
   if (queued->empty()) return absl::OkStatus();
 
   std::vector<QueuedJob> queue;
   queue.reserve(queued->size());
   for (const v1::Job& job : *queued) {
-    queue.push_back(
-        {job.id(), common::RequiredBackend(job.spec()), job.spec().resources().workers()});
+    if (job.state() == v1::RESTARTING && AnyWorkerBusyWith(job.id())) continue;
+    QueuedJob& q = queue.emplace_back();
+    q.id = job.id();
+    q.backend = common::RequiredBackend(job.spec());
+    q.workers = job.spec().resources().workers();
+    q.gpu_bytes = GpuBytesNeeded(job.spec());
   }
   std::vector<IdleWorker> idle;
   idle.reserve(idle_entries.size());
   for (const WorkerEntry* e : idle_entries) {
-    idle.push_back({e->info.id(), e->info.capabilities().backend()});
+    idle.push_back({e->info.id(), e->info.capabilities().backend(),
+                    e->info.capabilities().gpu_memory_bytes()});
   }
   std::vector<Placement> placements = Schedule(queue, idle);
   if (placements.empty()) return absl::OkStatus();
@@ -199,6 +218,7 @@ absl::Status Coordinator::RunScheduler() {
   for (const Placement& p : placements) {
     auto job = StageJob(u, p.job_id);
     if (!job.ok()) return job.status();
+    const bool restart = (*job)->state() == v1::RESTARTING;
     (*job)->set_attempt((*job)->attempt() + 1);
     (*job)->clear_workers();
     for (size_t rank = 0; rank < p.workers.size(); ++rank) {
@@ -208,7 +228,9 @@ absl::Status Coordinator::RunScheduler() {
       w->set_job_id(p.job_id);
       w->set_rank(static_cast<int32_t>(rank));
     }
-    SetState(u, *job, v1::SCHEDULED, absl::StrCat("scheduled on ", absl::StrJoin(p.workers, ", ")));
+    SetState(u, *job, v1::SCHEDULED,
+             absl::StrCat(restart ? absl::StrCat("attempt ", (*job)->attempt(), " ") : "",
+                          "scheduled on ", absl::StrJoin(p.workers, ", ")));
   }
   return Commit(u);
 }
@@ -237,7 +259,9 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
     if (!job.ok()) return job.status();
     const v1::Job& j = *job;
     const bool listed = Lists(request.running(), j.id(), j.attempt());
-    if (IsActive(j.state())) {
+    // A RESTARTING job's failed attempt is not current: its trainers are stopped and the
+    // worker released once they are gone.
+    if (IsActive(j.state()) && j.state() != v1::RESTARTING) {
       current_job = j.id();
       current_attempt = j.attempt();
       if (listed) {
@@ -255,9 +279,9 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
       } else if (now - missing_since > options_.heartbeat_timeout) {
         auto staged = StageJob(u, j.id());
         if (!staged.ok()) return staged.status();
-        SetState(u, *staged, v1::FAILED,
-                 absl::StrCat("rank ", e.info.rank(), " on worker ", id,
-                              " lost: its trainer stopped without an exit report"));
+        FailAttempt(u, *staged,
+                    absl::StrCat("rank ", e.info.rank(), " on worker ", id,
+                                 " lost: its trainer stopped without an exit report"));
         Release(u, id);
         current_job = 0;
       }
@@ -295,7 +319,8 @@ absl::StatusOr<v1::ReportStepsResponse> Coordinator::ReportSteps(
   v1::ReportStepsResponse response;
   const int rank = e.info.rank();
   if (e.info.job_id() != job->id() || job->attempt() != request.attempt() ||
-      RankOf(*job, e.info.id()) != rank || !IsActive(job->state())) {
+      RankOf(*job, e.info.id()) != rank || !IsActive(job->state()) ||
+      job->state() == v1::RESTARTING) {
     response.set_cancel(true);
     return response;
   }
@@ -351,7 +376,7 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& request) {
   const int rank = RankOf(*job, e.info.id());
   if (rank < 0 || job->attempt() != request.attempt()) return absl::OkStatus();
   if (e.info.job_id() == job->id()) Release(u, e.info.id());
-  if (IsActive(job->state())) {
+  if (IsActive(job->state()) && job->state() != v1::RESTARTING) {
     if (request.exit_code() == 0 && request.signal() == 0 && !request.cancelled()) {
       bool others_running = std::any_of(workers_.begin(), workers_.end(), [&](const auto& kv) {
         return kv.first != e.info.id() && kv.second.info.job_id() == job->id() &&
@@ -359,7 +384,7 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& request) {
       });
       if (!others_running) SetState(u, job, v1::SUCCEEDED, "");
     } else {
-      SetState(u, job, v1::FAILED, ExitMessage(request, rank));
+      FailAttempt(u, job, ExitMessage(request, rank));
     }
   }
   return Commit(u);
@@ -393,10 +418,11 @@ absl::Status Coordinator::CheckLiveness() {
     if (w->job_id() != 0) {
       auto job = StageJob(u, w->job_id());
       if (job.ok() && IsActive((*job)->state()) && RankOf(**job, id) >= 0) {
-        SetState(u, *job, v1::FAILED,
-                 e.registered ? absl::StrFormat("worker %s lost: no heartbeat for %.1f s", id,
-                                                absl::ToDoubleSeconds(options_.heartbeat_timeout))
-                              : kLostInRestart);
+        FailAttempt(u, *job,
+                    e.registered
+                        ? absl::StrFormat("worker %s lost: no heartbeat for %.1f s", id,
+                                          absl::ToDoubleSeconds(options_.heartbeat_timeout))
+                        : kLostInRestart);
       }
     }
     Release(u, id);
@@ -408,7 +434,7 @@ absl::Status Coordinator::CheckLiveness() {
       auto staged = u.jobs.find(job_id);
       absl::StatusOr<v1::Job> job =
           staged != u.jobs.end() ? staged->second : store_->GetJob(job_id);
-      if (!job.ok() || !IsActive(job->state())) continue;
+      if (!job.ok() || !IsActive(job->state()) || job->state() == v1::RESTARTING) continue;
       bool all_back = true;
       for (const std::string& worker_id : job->workers()) {
         auto w = workers_.find(worker_id);
@@ -418,7 +444,7 @@ absl::Status Coordinator::CheckLiveness() {
       if (all_back) continue;
       auto to_fail = StageJob(u, job_id);
       if (!to_fail.ok()) return to_fail.status();
-      SetState(u, *to_fail, v1::FAILED, kLostInRestart);
+      FailAttempt(u, *to_fail, kLostInRestart);
     }
   }
   if (absl::Status s = Commit(u); !s.ok()) return s;

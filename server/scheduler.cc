@@ -26,7 +26,10 @@ std::vector<Placement> Schedule(const std::vector<QueuedJob>& queue,
     for (const std::string& kind : kinds) {
       std::vector<size_t> picks;
       for (size_t i = 0; i < idle.size() && picks.size() < needed; ++i) {
-        if (!taken[i] && idle[i].backend == kind) picks.push_back(i);
+        const bool too_small = kind == "cuda" && job.gpu_bytes > 0 &&
+                               idle[i].gpu_memory_bytes > 0 &&
+                               idle[i].gpu_memory_bytes < job.gpu_bytes;
+        if (!taken[i] && idle[i].backend == kind && !too_small) picks.push_back(i);
       }
       if (picks.size() < needed) continue;
       Placement& p = placements.emplace_back();

@@ -3,6 +3,7 @@
 //
 // Policy:
 //  - FIFO: jobs are considered in queue order (oldest first).
+//  - Memory: a cuda worker whose GPU is smaller than the job's gpu_bytes is not eligible.
 //  - Backend matching: a job runs on the worker kind it requires ("cpu" or "cuda"), or on
 //    either when it requires none. What a spec requires is common::RequiredBackend's to say
 //    (e.g. bf16 needs cuda even when resources.backend is "auto"); the caller passes that in.
@@ -27,12 +28,14 @@ struct QueuedJob {
   int64_t id = 0;
   std::string backend;  // the worker kind it requires: "cpu" | "cuda" | "" (either)
   int workers = 1;      // gang size
+  int64_t gpu_bytes = 0;  // estimated memory per rank on a cuda worker; 0: not checked
 };
 
 // A registered worker with nothing to run.
 struct IdleWorker {
   std::string id;
   std::string backend;  // capabilities.backend: "cpu" | "cuda"
+  int64_t gpu_memory_bytes = 0;  // capabilities.gpu_memory_bytes; 0: unknown (not checked)
 };
 
 // Job `job_id` runs on `workers`, indexed by rank.

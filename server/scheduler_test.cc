@@ -23,6 +23,20 @@ TEST(SchedulerTest, FifoOrderWhenWorkersAreScarce) {
                                                  Placed(8, std::vector<std::string>{"b"})));
 }
 
+TEST(SchedulerTest, GpuSmallerThanTheJobsEstimateIsSkipped) {
+  const int64_t gib = int64_t{1} << 30;
+  std::vector<IdleWorker> idle = {{"small", "cuda", 8 * gib}, {"big", "cuda", 80 * gib}};
+  EXPECT_THAT(Schedule({{1, "cuda", 1, 20 * gib}}, idle),
+              ElementsAre(Placed(1, std::vector<std::string>{"big"})));
+  // Nothing large enough: it waits (an "auto" job falls back to a cpu worker).
+  EXPECT_THAT(Schedule({{1, "cuda", 1, 100 * gib}}, idle), IsEmpty());
+  EXPECT_THAT(Schedule({{1, "", 1, 100 * gib}}, {{"small", "cuda", 8 * gib}, {"c", "cpu"}}),
+              ElementsAre(Placed(1, std::vector<std::string>{"c"})));
+  // Unknown sizes are not checked.
+  EXPECT_THAT(Schedule({{1, "cuda", 1, 100 * gib}}, {{"g", "cuda"}}),
+              ElementsAre(Placed(1, std::vector<std::string>{"g"})));
+}
+
 TEST(SchedulerTest, NothingIdleNothingPlaced) {
   EXPECT_THAT(Schedule({{1, "", 1}}, {}), IsEmpty());
   EXPECT_THAT(Schedule({}, {{"a", "cpu"}}), IsEmpty());

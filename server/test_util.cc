@@ -83,6 +83,7 @@ precision: fp32
 resources:
   workers: 1
   backend: cpu
+max_restarts: 0
 )yaml";
 }
 

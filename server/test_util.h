@@ -29,7 +29,8 @@ class TempDir {
 // it cannot connect, INTERNAL for a malformed or non-200 reply. Waits at most 10 s.
 absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path);
 
-// A small valid job spec (the seed model shrunk) as YAML, on the cpu backend.
+// A small valid job spec (the seed model shrunk) as YAML, on the cpu backend, with
+// max_restarts 0 (a failed attempt fails the job; override max_restarts to test restarts).
 std::string SmallSpecYaml();
 
 MATCHER_P(EqualsProto, expected, "equals " + expected.ShortDebugString()) {

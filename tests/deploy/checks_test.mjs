@@ -40,6 +40,7 @@ Options:
   --metrics-listen TEXT       Prometheus /metrics address, HOST:PORT
   --trainer TEXT              boulder-trainer to spawn (default: beside this binary)
   --work-dir TEXT [/tmp/boulder-worker]
+  --checkpoint-root TEXT      Directory for the jobs' checkpoints
   --id TEXT
   --threads UINT [0]
 `,
@@ -111,7 +112,8 @@ describe("parseHelp", () => {
   test("reads names, REQUIRED, defaults and choices of CLI11 option lines", () => {
     const flags = parseHelp(CONTRACT_HELP["boulder-worker"]);
     assert.deepEqual([...flags.keys()].sort(),
-      ["backend", "coordinator", "help", "id", "metrics-listen", "threads", "trainer", "work-dir"]);
+      ["backend", "checkpoint-root", "coordinator", "help", "id", "metrics-listen", "threads",
+       "trainer", "work-dir"]);
     assert.equal(flags.get("coordinator").required, true);
     assert.equal(flags.get("threads").required, false);
     assert.deepEqual(flags.get("backend").choices, ["auto", "cpu", "cuda"]);

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/spec_checkpoint.h"
 #include "common/status_util.h"
 #include "worker/agent/capabilities.h"
 #include "worker/agent/console.h"
@@ -79,6 +80,13 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (ec) {
     return absl::InvalidArgumentError(
         absl::StrCat("--work-dir ", options.work_dir, ": ", ec.message()));
+  }
+
+  if (options.checkpoint_root.empty()) options.checkpoint_root = options.work_dir + "/checkpoints";
+  std::filesystem::create_directories(options.checkpoint_root, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint-root ", options.checkpoint_root, ": ", ec.message()));
   }
 
   options.log(absl::StrCat("backend ", choice->backend, " (", choice->note, ")"));
@@ -313,6 +321,8 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
     attempt_options.dir = absl::StrCat(options_.work_dir, "/job-", assignment.job_id(), "/attempt-",
                                        assignment.attempt());
     attempt_options.threads = options_.threads;
+    attempt_options.checkpoint_dir = common::CheckpointDirectory(
+        options_.checkpoint_root, assignment.spec(), assignment.job_id());
     attempt_options.backend = capabilities_.backend();
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;

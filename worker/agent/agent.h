@@ -59,6 +59,11 @@ struct AgentOptions {
   // Attempt directories go under here, as job-J/attempt-A, and are kept after the trainer
   // exits. Required (Run() defaults it to a fresh directory under the system temp dir).
   std::string work_dir;
+  // Jobs' checkpoints go under here, as <root>/job-<id> (or <root>/<checkpoint.dir>). A job
+  // restarted on another worker resumes only from checkpoints that worker can read: point every
+  // worker at the same shared storage (NFS, a PVC with ReadWriteMany). Empty: Create uses
+  // <work_dir>/checkpoints (this machine only).
+  std::string checkpoint_root;
   // The id to register under; empty: the coordinator chooses.
   std::string id;
   // Threads per trainer (its --threads); 0: all cores.

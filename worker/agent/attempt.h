@@ -36,6 +36,7 @@ struct AttemptOptions {
   std::string trainer_path;  // REQUIRES: non-empty
   std::string dir;           // this attempt's directory; created by Launch
   int threads = 0;           // --threads for the trainer; 0: all cores
+  std::string checkpoint_dir;  // --checkpoint-dir for the trainer; empty: no checkpoints
   std::string backend;       // --backend for the trainer: the one this worker registered with
   ReportBuffer::Limits buffer_limits;
   AgentMetrics* metrics = nullptr;  // not owned; may be null
@@ -50,8 +51,10 @@ struct AttemptOptions {
 // The trainer's command line after argv[0].
 // `backend` ("cpu" or "cuda") pins the trainer to the backend this worker registered with, so
 // a worker started with --backend cpu on a GPU host trains on the CPU; empty: the spec decides.
+// `checkpoint_dir`, when non-empty, is where the trainer resumes from and writes checkpoints.
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
-                                     int threads, const std::string& backend = "");
+                                     int threads, const std::string& backend = "",
+                                     const std::string& checkpoint_dir = "");
 
 // Writes `spec` as protobuf JSON with the proto field names (what ParseJobSpecYaml reads).
 // Errors carry the path and the OS error.

@@ -33,5 +33,12 @@ TEST(TrainerArgsTest, LeavesTheBackendToTheSpecWhenUnset) {
   EXPECT_EQ(args.back(), "--quiet");
 }
 
+TEST(TrainerArgsTest, PassesTheJobsCheckpointDirectory) {
+  EXPECT_THAT(TrainerArgs(MakeAssignment(), "/w/spec.json", 1, "cpu", "/shared/ckpt/job-7"),
+              ElementsAre("--spec", "/w/spec.json", "--report-fd", "3", "--job-id", "7",
+                          "--attempt", "2", "--rank", "0", "--world-size", "1", "--threads", "1",
+                          "--quiet", "--backend", "cpu", "--checkpoint-dir", "/shared/ckpt/job-7"));
+}
+
 }  // namespace
 }  // namespace boulder::agent

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
                  "The trainer executable (default: boulder-trainer beside this binary)");
   app.add_option("--work-dir", options.work_dir,
                  "Directory for the jobs' files (default: a fresh directory under $TMPDIR)");
+  app.add_option(
+      "--checkpoint-root", options.checkpoint_root,
+      "Directory for the jobs' checkpoints, <root>/job-<id>; put it on storage every "
+      "worker shares so a restarted job resumes anywhere (default: WORK_DIR/checkpoints)");
   app.add_option("--id", options.id,
                  "Register under this worker id (default: the coordinator chooses)");
   app.add_option("--threads", options.threads, "Threads per trainer; 0: all cores")

@@ -103,6 +103,11 @@ class Model {
   // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
   void* params() const { return params_; }
   void* grads() const { return grads_; }
+  // Optimizer state, num_params() state-dtype elements each, for checkpoints: the AdamW
+  // moments, and the FP32 master weights (null when the compute dtype is the state dtype).
+  void* adam_m() const { return m_; }
+  void* adam_v() const { return v_; }
+  void* master() const { return master_; }
   const void* logits() const { return act_.logits; }
 
  private:

@@ -16,6 +16,7 @@
 #include "worker/engine/model.h"
 #include "worker/engine/param_layout.h"
 #include "worker/engine/schedule.h"
+#include "worker/engine/trainer_checkpoint.h"
 
 namespace boulder::engine {
 namespace {
@@ -26,6 +27,10 @@ bool Stopped(const TrainerOptions& o) {
 
 void Info(const TrainerOptions& o, absl::string_view line) {
   if (o.on_info) o.on_info(line);
+}
+
+void Notice(const TrainerOptions& o, absl::string_view line) {
+  if (o.on_notice) o.on_notice(line);
 }
 
 std::string MiB(size_t bytes) {
@@ -131,9 +136,6 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   if (!model_or.ok()) return model_or.status();
   Model& model = **model_or;
 
-  // Step 1 pays one-time costs (lazy kernel loading, GEMM plans and autotuning), so the
-  // profile starts at step 2 when there is one.
-  const int64_t profile_from = tr.steps() >= 2 ? 2 : 1;
   const ModelConfig& c = *config;
   Info(o, absl::StrFormat(
               "model: %d layers, hidden %d, %d heads, ffn %d, vocab %d (padded %d), context %d%s; "
@@ -149,7 +151,24 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   const int64_t total = tr.steps();
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * accum;
   int64_t tokens_processed = 0;
-  for (int64_t step = 1; step <= total; ++step) {
+  int64_t first_step = 1;
+  if (!o.checkpoint_dir.empty()) {
+    auto resumed = RestoreTrainerCheckpoint(
+        **backend, model, spec, o.checkpoint_dir,
+        [&o](absl::string_view w) { Notice(o, absl::StrCat("warning: ", w)); });
+    if (!resumed.ok()) return resumed.status();
+    if (resumed->has_value()) {
+      first_step = (*resumed)->step + 1;
+      tokens_processed = (*resumed)->tokens_processed;
+      Notice(o, absl::StrCat("resumed from checkpoint ", (*resumed)->path, " at step ",
+                             (*resumed)->step, " of ", total));
+    }
+  }
+  const int every = spec.checkpoint().every_steps();
+  // Step 1 of a run pays one-time costs (lazy kernel loading, GEMM plans and autotuning), so
+  // the profile starts one step later when there is one.
+  const int64_t profile_from = total > first_step ? first_step + 1 : first_step;
+  for (int64_t step = first_step; step <= total; ++step) {
     if (o.profile_kernels && step == profile_from) (*backend)->EnableProfiling(true);
     const auto start = std::chrono::steady_clock::now();
     model.ZeroGrad();
@@ -193,6 +212,15 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       SetNow(r.mutable_time());
       r.set_tokens_processed(tokens_processed);
       o.on_step(r);
+    }
+    if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&
+        step < total) {
+      absl::Status saved = SaveTrainerCheckpoint(**backend, model, spec, o.checkpoint_dir, step,
+                                                 tokens_processed, spec.checkpoint().keep_last());
+      if (!saved.ok()) {
+        Notice(o, absl::StrCat("warning: checkpoint at step ", step,
+                               " not written: ", saved.message()));
+      }
     }
   }
 

@@ -7,6 +7,11 @@
 // training when generation.tokens > 0; free-form info lines (model size, backend, arena) at
 // start-up.
 //
+// With a checkpoint_dir, a run resumes from the newest valid checkpoint there (step k):
+// steps k+1.. run with the restored parameters, optimizer state and data position, so on the
+// cpu backend the losses equal an uninterrupted run's bit for bit. A failed checkpoint write
+// is reported through on_notice and training goes on (the previous checkpoint stays).
+//
 // Thread-safety: Run() is a blocking call; `stop` may be set from any thread or from a signal
 // handler (it is only read).
 #ifndef BOULDER_WORKER_ENGINE_TRAINER_H_
@@ -47,10 +52,18 @@ struct TrainerOptions {
   // (backends without device timers print nothing).
   bool profile_kernels = false;
 
+  // Checkpoints (checkpoint.h): when non-empty, the trainer resumes from the newest valid
+  // checkpoint here and writes one every spec.checkpoint.every_steps steps (rank 0), keeping
+  // spec.checkpoint.keep_last. Empty: no checkpoints.
+  std::string checkpoint_dir;
+
   // Each may be empty.
   std::function<void(const v1::StepReport&)> on_step;
   std::function<void(const v1::GenerationResult&)> on_generation;
   std::function<void(absl::string_view)> on_info;
+  // Lines for the job's log even from a quiet trainer: "resumed from checkpoint ... at step
+  // k", "warning: checkpoint ... is corrupt (...); skipped", a failed checkpoint write.
+  std::function<void(absl::string_view)> on_notice;
 };
 
 // Trains the job. OK: every step ran (and generation, if asked). Errors:
@@ -60,7 +73,8 @@ struct TrainerOptions {
 //   UNIMPLEMENTED       world_size > 1 (data-parallel training needs worker/comm);
 //   CANCELLED           *stop was set (names the step reached);
 //   INTERNAL            the loss became non-finite (names the step);
-//   RESOURCE_EXHAUSTED  the model does not fit in memory;
+//   RESOURCE_EXHAUSTED  the model does not fit in memory (names the allocation);
+//   FAILED_PRECONDITION also: the checkpoint directory holds another job's checkpoint;
 //   other codes         from the backend.
 absl::Status RunTrainer(const TrainerOptions& options);
 

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   int64_t job_id = 0;
   int attempt = 0, rank = 0, world_size = 1;
   bool quiet = false;
+  std::string checkpoint_dir;
   app.add_option("--spec", spec_path, "job spec file (YAML or JSON)")->required();
   app.add_option("--set", sets, "override one spec field: PATH=VALUE (repeatable)");
   app.add_option("--backend", backend, "auto|cpu|cuda (default: the spec's resources.backend)")
@@ -100,6 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", attempt, "attempt copied into step reports");
   app.add_option("--rank", rank, "this process's rank");
   app.add_option("--world-size", world_size, "number of ranks");
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "resume from the newest valid checkpoint here and write the spec's "
+                 "checkpoint.every_steps checkpoints here (default: none)");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -150,6 +154,12 @@ int main(int argc, char** argv) {
   options.stop = &g_stop;
   const char* profile = std::getenv(boulder::common::kEnvProfileKernels);
   options.profile_kernels = profile != nullptr && std::string(profile) != "0";
+  options.checkpoint_dir = checkpoint_dir;
+  // On stderr, which the agent forwards to the job's log even from a --quiet trainer.
+  options.on_notice = [](absl::string_view line) {
+    std::fprintf(stderr, "boulder-trainer: %.*s\n", static_cast<int>(line.size()), line.data());
+    std::fflush(stderr);
+  };
   options.on_info = [quiet](absl::string_view line) {
     if (!quiet) std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
     std::fflush(stdout);

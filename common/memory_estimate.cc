@@ -1,0 +1,87 @@
+#include "common/memory_estimate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace boulder::common {
+namespace {
+
+// worker/engine/param_layout.cc PaddedVocabSize and model.cc kAlign.
+int64_t PaddedVocab(int64_t v) {
+  const int64_t multiple = v <= 1024 ? 32 : 128;
+  return (v + multiple - 1) / multiple * multiple;
+}
+constexpr int64_t kAlign = 64;
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolved,
+                                                      absl::string_view precision,
+                                                      absl::string_view backend) {
+  if (backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", backend, "': expected cpu or cuda"));
+  }
+  int64_t elem = 0;
+  if (precision == "fp32") {
+    elem = 4;
+  } else if (precision == "bf16") {
+    elem = 2;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision '", precision, "': no memory estimate (expected fp32 or bf16)"));
+  }
+  const v1::ModelSpec& m = resolved.model();
+  if (m.vocab_size() <= 0 || m.hidden() <= 0 || m.heads() <= 0 || m.layers() <= 0 || m.ffn() <= 0 ||
+      m.context() <= 0 || resolved.training().batch_size() <= 0 ||
+      resolved.training().seq_len() <= 0) {
+    return absl::InvalidArgumentError("model: not resolved (every size must be positive)");
+  }
+  const int64_t C = m.hidden(), F = m.ffn(), Vp = PaddedVocab(m.vocab_size()), L = m.layers(),
+                NH = m.heads();
+  const int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
+  const int64_t n =
+      Vp * C + m.context() * C + L * per_layer + 2 * C + (m.tie_embeddings() ? 0 : Vp * C);
+  constexpr int64_t kState = 4;  // FP32 moments and master weights
+
+  MemoryEstimate e;
+  e.num_params = n;
+  e.params_bytes = n * elem;
+  e.grads_bytes = n * elem;
+  e.optimizer_bytes = 2 * n * kState + n + (elem != kState ? n * kState : 0);
+
+  const int64_t R = std::max<int64_t>(
+      int64_t{resolved.training().batch_size()} * resolved.training().seq_len(), m.context());
+  const int64_t f = 4;  // float statistics
+  int64_t a = 2 * AlignUp(R * 4) + AlignUp(R * C * elem);
+  const int64_t layer = AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * 3 * C * elem) +
+                        AlignUp(R * C * elem) + AlignUp(R * NH * f) + AlignUp(R * C * elem) +
+                        AlignUp(R * C * elem) + 2 * AlignUp(R * f) + 2 * AlignUp(R * F * elem) +
+                        AlignUp(R * C * elem);
+  a += L * layer;
+  a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
+  a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
+  e.activations_bytes = a;
+  e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;
+  e.total_bytes =
+      e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes + e.runtime_bytes;
+  return e;
+}
+
+std::string FormatMemoryEstimate(const MemoryEstimate& e) {
+  std::string out = absl::StrCat(GiB(e.total_bytes), " (params ", GiB(e.params_bytes), ", grads ",
+                                 GiB(e.grads_bytes), ", optimizer ", GiB(e.optimizer_bytes),
+                                 ", activations ", GiB(e.activations_bytes));
+  if (e.runtime_bytes > 0) absl::StrAppend(&out, ", CUDA runtime ", GiB(e.runtime_bytes));
+  absl::StrAppend(&out, ")");
+  return out;
+}
+
+}  // namespace boulder::common

@@ -1,0 +1,51 @@
+// Estimates the device memory a training job needs, from its resolved spec, without building
+// the model: what the submit-time check compares with a worker's gpu_memory_bytes.
+//
+// It follows the engine's allocation exactly (worker/engine/model.cc, checked by
+// worker/engine/memory_estimate_test.cc): parameters and gradients in the compute dtype,
+// AdamW moments (and FP32 master weights when the compute dtype is narrower) in FP32, a
+// one-byte weight-decay mask, and one activation arena for max(batch*seq_len, context) token
+// rows (every sub-buffer 64-byte aligned). On cuda it adds kCudaRuntimeReserveBytes for the
+// CUDA context and cuBLASLt workspace, which the trainer does not allocate through the model.
+//
+// Thread-safe: plain functions over values.
+#ifndef BOULDER_COMMON_MEMORY_ESTIMATE_H_
+#define BOULDER_COMMON_MEMORY_ESTIMATE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "boulder/v1/spec.pb.h"
+
+namespace boulder::common {
+
+// CUDA context, cuBLASLt workspace and allocator slack on a GPU (a stated allowance, not
+// measured per device).
+inline constexpr int64_t kCudaRuntimeReserveBytes = int64_t{1} << 30;
+
+struct MemoryEstimate {
+  int64_t num_params = 0;  // including the padded vocabulary rows
+  int64_t params_bytes = 0;
+  int64_t grads_bytes = 0;
+  int64_t optimizer_bytes = 0;  // AdamW m and v, FP32 master weights, the decay mask
+  int64_t activations_bytes = 0;
+  int64_t runtime_bytes = 0;  // kCudaRuntimeReserveBytes on cuda, 0 on cpu
+  int64_t total_bytes = 0;    // the sum of the above
+};
+
+// The estimate for `resolved` trained at `precision` ("fp32" or "bf16"; what
+// EffectivePrecision returns) on `backend` ("cpu" or "cuda").
+// INVALID_ARGUMENT for another precision or backend, or a spec whose model is not resolved.
+absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolved,
+                                                      absl::string_view precision,
+                                                      absl::string_view backend);
+
+// "2.4 GiB (params 0.1 GiB, grads 0.1 GiB, optimizer 0.4 GiB, activations 0.8 GiB, CUDA
+// runtime 1.0 GiB)".
+std::string FormatMemoryEstimate(const MemoryEstimate& estimate);
+
+}  // namespace boulder::common
+
+#endif  // BOULDER_COMMON_MEMORY_ESTIMATE_H_

@@ -1,0 +1,114 @@
+#include "common/spec_checkpoint.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/memory_estimate.h"
+#include "common/spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace boulder::common {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+absl::StatusOr<v1::JobSpec> Load(const std::string& yaml) { return LoadJobSpec(yaml, {}); }
+
+TEST(SpecCheckpointTest, DefaultsAreFilled) {
+  absl::StatusOr<v1::JobSpec> spec = Load("{}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().every_steps(), 100);
+  EXPECT_EQ(spec->checkpoint().keep_last(), 2);
+  EXPECT_TRUE(spec->checkpoint().has_dir());
+  EXPECT_EQ(spec->checkpoint().dir(), "");
+  EXPECT_EQ(spec->max_restarts(), 3);
+}
+
+TEST(SpecCheckpointTest, WrittenValuesAreKeptAndRoundTripThroughYaml) {
+  absl::StatusOr<v1::JobSpec> spec =
+      Load("checkpoint: {every_steps: 0, keep_last: 5, dir: runs/a}\nmax_restarts: 0\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().every_steps(), 0);
+  EXPECT_EQ(spec->checkpoint().keep_last(), 5);
+  EXPECT_EQ(spec->checkpoint().dir(), "runs/a");
+  EXPECT_EQ(spec->max_restarts(), 0);
+  absl::StatusOr<v1::JobSpec> again = Load(JobSpecToYaml(*spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), spec->SerializeAsString());
+}
+
+struct BadCase {
+  std::string yaml;
+  std::string error_start;
+};
+
+class SpecCheckpointErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(SpecCheckpointErrorTest, RejectsWithFieldPath) {
+  absl::StatusOr<v1::JobSpec> spec = Load(GetParam().yaml);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith(GetParam().error_start));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, SpecCheckpointErrorTest,
+    ::testing::Values(
+        BadCase{"checkpoint: {every_steps: -1}", "checkpoint.every_steps: must be at least 0"},
+        BadCase{"checkpoint: {keep_last: 0}", "checkpoint.keep_last: must be in [1, 1000]"},
+        BadCase{"checkpoint: {dir: /etc}", "checkpoint.dir: '/etc' is absolute"},
+        BadCase{"checkpoint: {dir: a/../../b}", "checkpoint.dir: 'a/../../b' contains '..'"},
+        BadCase{"checkpoint: {dir: ..}", "checkpoint.dir: '..' contains '..'"},
+        BadCase{"checkpoint: {dir: 'a//b'}", "checkpoint.dir: 'a//b' has an empty"},
+        BadCase{"checkpoint: {dir: 'a\\\\b'}", "checkpoint.dir: must not contain '\\'"},
+        BadCase{"checkpoint: {evry_steps: 3}", "checkpoint.evry_steps: unknown field"},
+        BadCase{"max_restarts: -1", "max_restarts: must be in [0, 100]"},
+        BadCase{"max_restarts: 101", "max_restarts: must be in [0, 100]"}));
+
+TEST(SpecCheckpointTest, DirectoryIsUnderTheRoot) {
+  absl::StatusOr<v1::JobSpec> spec = Load("{}");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(CheckpointDirectory("/shared/ckpt", *spec, 42), "/shared/ckpt/job-42");
+  EXPECT_EQ(CheckpointDirectory("/shared/ckpt/", *spec, 42), "/shared/ckpt/job-42");
+  spec->mutable_checkpoint()->set_dir("team/run1");
+  EXPECT_EQ(CheckpointDirectory("/shared/ckpt", *spec, 42), "/shared/ckpt/team/run1");
+}
+
+TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
+  absl::StatusOr<v1::JobSpec> spec = Load("{}");
+  ASSERT_TRUE(spec.ok());
+  absl::StatusOr<MemoryEstimate> cpu = EstimateTrainingMemory(*spec, "fp32", "cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  // minigpt: vocab 96 (padded 96), hidden 768, 4 layers, ffn 3072, context 256, untied head.
+  const int64_t per_layer =
+      2 * 768 + 3 * 768 * 768 + 3 * 768 + 768 * 768 + 768 + 2 * 768 + 2 * 768 * 3072 + 3072 + 768;
+  const int64_t n = 2 * 96 * 768 + 256 * 768 + 4 * per_layer + 2 * 768;
+  EXPECT_EQ(cpu->num_params, n);
+  EXPECT_EQ(cpu->params_bytes, 4 * n);
+  EXPECT_EQ(cpu->optimizer_bytes, 8 * n + n);
+  EXPECT_EQ(cpu->runtime_bytes, 0);
+  EXPECT_EQ(cpu->total_bytes,
+            cpu->params_bytes + cpu->grads_bytes + cpu->optimizer_bytes + cpu->activations_bytes);
+  absl::StatusOr<MemoryEstimate> gpu = EstimateTrainingMemory(*spec, "bf16", "cuda");
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_EQ(gpu->params_bytes, 2 * n);
+  EXPECT_EQ(gpu->optimizer_bytes, 12 * n + n);  // m, v, master
+  EXPECT_EQ(gpu->runtime_bytes, kCudaRuntimeReserveBytes);
+  EXPECT_THAT(FormatMemoryEstimate(*gpu), HasSubstr("CUDA runtime 1.00 GiB"));
+}
+
+TEST(MemoryEstimateTest, RejectsUnknownPrecisionAndBackend) {
+  absl::StatusOr<v1::JobSpec> spec = Load("{}");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(EstimateTrainingMemory(*spec, "fp8", "cuda").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EstimateTrainingMemory(*spec, "fp32", "tpu").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EstimateTrainingMemory(v1::JobSpec(), "fp32", "cpu").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace boulder::common
