@@ -139,6 +139,13 @@ class Backend {
   // generation.
   virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
 
+  // ---- reproducibility -------------------------------------------------------------------
+  // When on, every op gives bit-identical results for identical inputs (no atomics in
+  // reductions). When off, a backend may use faster kernels whose last bits vary between runs
+  // (cuda: the attention backward adds dQ with FP32 atomics). The cpu backend is always
+  // deterministic and ignores this. Default: off.
+  virtual void SetDeterministic(bool on) {}
+
   // ---- profiling (optional) ----------------------------------------------------------------
   // When enabled, the backend times every op on the device (events around each launch, no
   // host sync) and ProfileReport() returns a table of total time per op; backends without

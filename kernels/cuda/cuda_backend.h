@@ -50,9 +50,9 @@ class CudaBackend final : public Backend {
                        int T, int C) override;
   void LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                         const void* bias, int N, int C) override;
-  void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
-                         const void* inp, const void* weight, const float* mean,
-                         const float* rstd, int N, int C) override;
+  void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                         const void* weight, const float* mean, const float* rstd, int N,
+                         int C) override;
   void MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
                      const void* bias, int N, int C, int OC, Epilogue epilogue) override;
   void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
+  void SetDeterministic(bool on) override { deterministic_ = on; }
+  bool deterministic() const { return deterministic_; }
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
 
@@ -107,6 +109,7 @@ class CudaBackend final : public Backend {
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;
   int64_t device_total_ = 0;
+  bool deterministic_ = false;
   bool profiling_ = false;
   std::vector<Timed> timed_;
   std::vector<cudaEvent_t> event_pool_;

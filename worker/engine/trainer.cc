@@ -114,6 +114,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   }
   absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = MakeBackend(o);
   if (!backend.ok()) return backend.status();
+  (*backend)->SetDeterministic(tr.deterministic());
 
   ModelOptions mo;
   mo.config = *config;
