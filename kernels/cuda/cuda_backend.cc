@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device: ", err == cudaSuccess ? "none found" : cudaGetErrorString(err)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: ", err == cudaSuccess ? "none found" : cudaGetErrorString(err)));
   }
   if (device < 0 || device >= count) {
     return absl::FailedPreconditionError(
@@ -85,9 +85,10 @@ absl::StatusOr<void*> CudaBackend::Alloc(size_t bytes) {
     cudaGetLastError();  // clear the (non-sticky) allocation error
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cudaMalloc of ", bytes, " bytes failed on ", device_name_, ": ", cudaGetErrorString(err),
-        " (", free_b, " of ", total_b, " bytes free, ", allocated_, " allocated by this trainer)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", bytes, " bytes failed on ", device_name_, ": ",
+                     cudaGetErrorString(err), " (", free_b, " of ", total_b, " bytes free, ",
+                     allocated_, " allocated by this trainer)"));
   }
   allocations_[p] = bytes;
   allocated_ += bytes;
@@ -118,8 +119,7 @@ void CudaBackend::CopyFromHostF32(void* dst, DType dtype, const float* src, size
           "cudaMemcpyAsync");
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   } else {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
+    Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
   }
   if (dtype == DType::kF32) Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
@@ -136,8 +136,7 @@ void CudaBackend::CopyToHostF32(float* dst, const void* src, DType dtype, size_t
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     for (size_t i = 0; i < n; ++i) dst[i] = BF16BitsToF32(tmp[i]);
   } else {
-    Fail(absl::InvalidArgumentError(
-        absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
+    Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: no ", DTypeName(dtype), " buffers")));
   }
 }
 
@@ -168,16 +167,16 @@ MemoryStats CudaBackend::GetMemoryStats() const {
   return m;
 }
 
-#define BOULDER_REQUIRE(cond, msg)                                           \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: ", msg))); \
-      return;                                                                \
-    }                                                                        \
+#define BOULDER_REQUIRE(cond, msg)                                                   \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: ", msg)));         \
+      return;                                                                        \
+    }                                                                                \
   } while (0)
 
-void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                 int B, int T, int C) {
+void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte,
+                                 const void* wpe, int B, int T, int C) {
   if (!Ok()) return;
   ProfileScope profile(this, "EncoderForward");
   BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
@@ -186,8 +185,8 @@ void CudaBackend::EncoderForward(void* out, const int32_t* tokens, const void* w
         "EncoderForward");
 }
 
-void CudaBackend::EncoderBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                  int B, int T, int C) {
+void CudaBackend::EncoderBackward(void* dwte, void* dwpe, const void* dout,
+                                  const int32_t* tokens, int B, int T, int C) {
   if (!Ok()) return;
   ProfileScope profile(this, "EncoderBackward");
   Check(cuda::EncoderBackward(static_cast<bf16*>(dwte), static_cast<bf16*>(dwpe),
@@ -200,9 +199,9 @@ void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd, const vo
   if (!Ok()) return;
   ProfileScope profile(this, "LayerNormForward");
   BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
-  Check(cuda::LayerNormForward(static_cast<bf16*>(out), mean, rstd, static_cast<const bf16*>(inp),
-                               static_cast<const bf16*>(weight), static_cast<const bf16*>(bias), N,
-                               C, stream_),
+  Check(cuda::LayerNormForward(static_cast<bf16*>(out), mean, rstd,
+                               static_cast<const bf16*>(inp), static_cast<const bf16*>(weight),
+                               static_cast<const bf16*>(bias), N, C, stream_),
         "LayerNormForward");
 }
 
@@ -244,8 +243,8 @@ void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, cons
 }
 
 void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
-                                 const void* pre_gelu, const void* inp, const void* weight, int N,
-                                 int C, int OC) {
+                                 const void* pre_gelu, const void* inp, const void* weight,
+                                 int N, int C, int OC) {
   if (!Ok()) return;
   ProfileScope profile(this, "MatmulBackward");
   bf16* dy = static_cast<bf16*>(dout);
@@ -362,9 +361,9 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
   Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
-                    static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
-                    decay_mask, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, norm_sq,
-                    max_norm, stream_),
+                    static_cast<const bf16*>(grads), static_cast<float*>(m),
+                    static_cast<float*>(v), decay_mask, n, lr, beta1, beta2, eps, weight_decay,
+                    t, grad_scale, norm_sq, max_norm, stream_),
         "AdamW");
 }
 
@@ -407,8 +406,7 @@ std::string CudaBackend::ProfileReport() {
     float ms = 0;
     cudaEventElapsedTime(&ms, t.start, t.end);
     total += ms;
-    auto it =
-        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == t.name; });
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == t.name; });
     if (it == rows.end()) {
       rows.push_back({t.name, {ms, 1}});
     } else {

@@ -306,10 +306,10 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   m.Set(zeros);
   v.Set(zeros);
   for (int t = 1; t <= 3; ++t) {
-    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                t, 1.f, ns.cf(), 0.5f);
-    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                t, 1.f, ns.gf(), 0.5f);
+    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                0.1f, t, 1.f, ns.cf(), 0.5f);
+    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                0.1f, t, 1.f, ns.gf(), 0.5f);
   }
   ASSERT_TRUE(gpu_->Synchronize().ok());
   // FP32 master weights on the GPU against the CPU's FP32 parameters.
