@@ -263,8 +263,9 @@ struct QCfg {
   static constexpr int kSmemBytes = (2 * kQElems + 4 * kKVElems) * 2;
 };
 
+// Head size 64 fits two blocks per multiprocessor in 128 registers; 128 would spill.
 template <int HS>
-__global__ void __launch_bounds__(kBwdThreads)
+__global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 2 : 1)
     FlashBackwardQKernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
                          const bf16* __restrict__ qkv, const float* __restrict__ lse2,
                          const float* __restrict__ Dp, int T, int Tp, int C, int NH, float scale,

@@ -27,8 +27,9 @@ struct FwdCfg {
   static constexpr int kSmemBytes = (kQElems + 4 * kKVElems) * int(sizeof(bf16));
 };
 
+// Head size 64 fits two blocks per multiprocessor in 128 registers; 128 would spill.
 template <int HS>
-__global__ void __launch_bounds__(FwdCfg<HS>::kThreads)
+__global__ void __launch_bounds__(FwdCfg<HS>::kThreads, HS == 64 ? 2 : 1)
     FlashForwardKernel(bf16* __restrict__ out, float* __restrict__ stats,
                        const bf16* __restrict__ qkv, int T, int C, int NH, float scale_log2) {
   using Cfg = FwdCfg<HS>;
