@@ -139,10 +139,12 @@ class Backend {
   // generation.
   virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
 
-  // ---- run-to-run reproducibility ---------------------------------------------------------
-  // Restricts the backend to kernels whose results are bit-identical from run to run (no
-  // timing-based algorithm choice, no atomics in reductions). Call before the first op. The
-  // cpu backend always is; the cuda backend otherwise autotunes its GEMM algorithms.
+  // ---- reproducibility -------------------------------------------------------------------
+  // When on, every op gives bit-identical results for identical inputs from run to run (no
+  // atomics in reductions, no timing-based algorithm choice). When off, a backend may use
+  // faster kernels whose last bits vary between runs (cuda: the attention backward adds dQ
+  // with FP32 atomics, and GEMM algorithms are autotuned by timing). Call before the first op.
+  // The cpu backend is always deterministic and ignores this. Default: off.
   virtual void SetDeterministic(bool on) {}
 
   // ---- profiling (optional) ----------------------------------------------------------------

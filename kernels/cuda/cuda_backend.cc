@@ -282,25 +282,55 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
   Check(matmul_->Run(s, inp, dy, dweight, nullptr, nullptr, stream_));
 }
 
+namespace {
+
+// The attention kernels take head size 64 or 128, any T >= 1, and 16-byte aligned tensors.
+absl::Status CheckAttentionShape(const void* const* tensors, int n, int B, int T, int C, int NH) {
+  if (B < 1 || T < 1 || NH < 1 || B > 65535 || NH > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda backend: attention shape B=", B, " T=", T,
+                                                   " NH=", NH, " (need B, T, NH >= 1)"));
+  }
+  if (C % NH != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: attention hidden ", C, " is not divisible by ", NH, " heads"));
+  }
+  if (C / NH != 64 && C / NH != 128) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda backend: attention head size ", C / NH,
+                                                   " (hidden ", C, " / ", NH,
+                                                   " heads; supports 64 and 128)"));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (reinterpret_cast<uintptr_t>(tensors[i]) % 16 != 0) {
+      return absl::InvalidArgumentError("cuda backend: attention tensors must be 16-byte aligned");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void CudaBackend::AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                                    int NH) {
   if (!Ok()) return;
   ProfileScope profile(this, "AttentionForward");
-  BOULDER_REQUIRE(C % NH == 0 && (C / NH == 64 || C / NH == 128),
-                  absl::StrCat("head size ", C / NH, " (attention supports 64 and 128)"));
-  Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B,
-                               T, C, NH, stream_),
+  const void* tensors[] = {out, qkv};
+  absl::Status shape = CheckAttentionShape(tensors, 2, B, T, C, NH);
+  if (!shape.ok()) return Fail(shape);
+  Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B, T,
+                               C, NH, stream_),
         "AttentionForward");
 }
 
-void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qkv,
-                                    const void* out, const float* stats, int B, int T, int C,
-                                    int NH) {
+void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* stats, int B, int T, int C, int NH) {
   if (!Ok()) return;
   ProfileScope profile(this, "AttentionBackward");
+  const void* tensors[] = {dqkv, dout, qkv};
+  absl::Status shape = CheckAttentionShape(tensors, 3, B, T, C, NH);
+  if (!shape.ok()) return Fail(shape);
   Check(cuda::AttentionBackward(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
-                                stats, B, T, C, NH, scratch_, stream_),
+                                static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), stats,
+                                B, T, C, NH, deterministic_, scratch_, stream_),
         "AttentionBackward");
 }
 

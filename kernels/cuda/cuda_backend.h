@@ -70,7 +70,11 @@ class CudaBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
-  void SetDeterministic(bool on) override { matmul_->set_autotune(!on); }
+  void SetDeterministic(bool on) override {
+    deterministic_ = on;
+    matmul_->set_autotune(!on);
+  }
+  bool deterministic() const { return deterministic_; }
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
 
@@ -108,6 +112,7 @@ class CudaBackend final : public Backend {
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;
   int64_t device_total_ = 0;
+  bool deterministic_ = false;
   bool profiling_ = false;
   std::vector<Timed> timed_;
   std::vector<cudaEvent_t> event_pool_;

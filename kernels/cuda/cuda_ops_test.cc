@@ -198,7 +198,11 @@ TEST_F(CudaOpsTest, MatmulWithEpilogues) {
   }
 }
 
-void AttentionCase(Backend* cpu, Backend* gpu, std::mt19937& rng, int B, int T, int NH, int HS) {
+// Forward and backward against the CPU reference, with the backward run in both modes:
+// deterministic (two kernels, checked bit-identical over two runs) and atomic dQ.
+void AttentionCase(Backend* cpu, CudaBackend* gpu, std::mt19937& rng, int B, int T, int NH,
+                   int HS) {
+  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " HS=" << HS);
   const int C = NH * HS;
   Pair qkv(cpu, gpu, size_t(B) * T * 3 * C), out(cpu, gpu, size_t(B) * T * C),
       stats(cpu, gpu, size_t(B) * NH * T, DType::kF32);
@@ -206,24 +210,66 @@ void AttentionCase(Backend* cpu, Backend* gpu, std::mt19937& rng, int B, int T, 
   cpu->AttentionForward(out.c, stats.cf(), qkv.c, B, T, C, NH);
   gpu->AttentionForward(out.g, stats.gf(), qkv.g, B, T, C, NH);
   ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->Synchronize();
-  EXPECT_LT(RelErr(out.Gpu(), out.Cpu()), 1e-2) << "attention out T=" << T << " HS=" << HS;
+  EXPECT_LT(RelErr(out.Gpu(), out.Cpu()), 1e-2) << "attention out";
   EXPECT_LT(RelErr(stats.Gpu(), stats.Cpu()), 1e-3) << "attention stats";
   Pair dout(cpu, gpu, out.n), dqkv(cpu, gpu, qkv.n);
   dout.Set(Random(dout.n, rng));
   cpu->AttentionBackward(dqkv.c, dout.c, qkv.c, out.c, stats.cf(), B, T, C, NH);
-  gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
-  ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->Synchronize();
-  std::vector<float> first = dqkv.Gpu();
-  EXPECT_LT(RelErr(first, dqkv.Cpu()), 2e-2) << "attention dqkv T=" << T << " HS=" << HS;
-  // Deterministic: the same inputs give bit-identical gradients.
-  gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
-  ASSERT_TRUE(gpu->Synchronize().ok());
-  EXPECT_EQ(0, std::memcmp(first.data(), dqkv.Gpu().data(), first.size() * 4));
+  const std::vector<float> want = dqkv.Cpu();
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "atomic dQ");
+    gpu->SetDeterministic(deterministic);
+    dqkv.Poison();
+    gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
+    ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->Synchronize();
+    std::vector<float> first = dqkv.Gpu();
+    EXPECT_LT(RelErr(first, want), 2e-2) << "attention dqkv";
+    // dQ, dK and dV each on their own: one wrong part must not hide behind the others.
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> g, w;
+      for (size_t r = 0; r < size_t(B) * T; ++r) {
+        for (int c = 0; c < C; ++c) {
+          g.push_back(first[r * 3 * C + part * C + c]);
+          w.push_back(want[r * 3 * C + part * C + c]);
+        }
+      }
+      EXPECT_LT(RelErr(g, w), 2e-2) << "d"
+                                    << "qkv"[part];
+    }
+    if (deterministic) {
+      dqkv.Poison();
+      gpu->AttentionBackward(dqkv.g, dout.g, qkv.g, out.g, stats.gf(), B, T, C, NH);
+      ASSERT_TRUE(gpu->Synchronize().ok());
+      EXPECT_EQ(0, std::memcmp(first.data(), dqkv.Gpu().data(), first.size() * 4))
+          << "deterministic backward differs between two runs";
+    }
+  }
+  gpu->SetDeterministic(false);
 }
 
-TEST_F(CudaOpsTest, AttentionHead64) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, 200, 3, 64); }
-TEST_F(CudaOpsTest, AttentionHead128) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, 130, 2, 128); }
-TEST_F(CudaOpsTest, AttentionOneTile) { AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 64, 1, 64); }
+// T around the kernels' tiles (64 keys / 128 queries forward, 128 keys × 64 or 32 queries
+// backward): one row, partial tiles, exact multiples, and many tiles.
+TEST_F(CudaOpsTest, AttentionHead64) {
+  for (int T : {1, 37, 64, 129, 200, 384}) AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, T, 3, 64);
+  AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 1024, 2, 64);
+}
+TEST_F(CudaOpsTest, AttentionHead128) {
+  for (int T : {1, 77, 130, 256}) AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, T, 2, 128);
+  AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 640, 1, 128);
+}
+
+TEST_F(CudaOpsTest, AttentionRejectsUnsupportedHeadSize) {
+  auto b = CudaBackend::Create(0);
+  ASSERT_TRUE(b.ok());
+  const int B = 1, T = 8, NH = 2, C = 2 * 96;
+  void* qkv = *(*b)->Alloc(size_t(B) * T * 3 * C * 2);
+  void* out = *(*b)->Alloc(size_t(B) * T * C * 2);
+  void* stats = *(*b)->Alloc(size_t(B) * NH * T * 4);
+  (*b)->AttentionForward(out, static_cast<float*>(stats), qkv, B, T, C, NH);
+  absl::Status s = (*b)->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("head size 96 (hidden 192 / 2 heads"), std::string::npos) << s;
+}
 
 TEST_F(CudaOpsTest, SoftmaxCrossEntropyWithPadding) {
   for (auto [V, Vp] : {std::pair{96, 128}, std::pair{1000, 1024}}) {

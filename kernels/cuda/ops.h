@@ -75,12 +75,16 @@ cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, floa
                   float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
                   float max_norm, cudaStream_t s);
 
-// ---- attention.cu ---- causal flash attention, head size 64 or 128.
+// ---- attention_fwd.cu, attention_bwd.cu ---- causal flash attention, head size 64 or 128,
+// any T >= 1. qkv, out, dout and dqkv must be 16-byte aligned (cudaErrorMisalignedAddress
+// otherwise); other unsupported shapes give cudaErrorInvalidValue.
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
                              int NH, cudaStream_t s);
+// deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
+// otherwise one kernel adds it with FP32 atomics (faster; last bits vary between runs).
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                              const float* stats, int B, int T, int C, int NH, Scratch& scratch,
-                              cudaStream_t s);
+                              const float* stats, int B, int T, int C, int NH,
+                              bool deterministic, Scratch& scratch, cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 

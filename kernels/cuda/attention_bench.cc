@@ -1,0 +1,178 @@
+// attention_bench: times the causal flash attention kernels (kernels/cuda/attention_*.cu) on
+// the benchmark workloads' shapes, forward and backward (atomic-dQ and deterministic), with
+// CUDA events: median over --iters calls after --warmup, inputs rotated among three sets of
+// fresh random BF16 values so no call finds its inputs in L2.
+//
+// TFLOP/s counts the nominal causal FLOPs: forward 2 products × 2·T²·HS / 2 (half the
+// score matrix is masked) = 2·B·NH·T²·HS; backward 5 products = 2.5 × forward (the
+// recomputation of P and, in deterministic mode, of S and dP is not counted), as
+// FlashAttention's benchmarks count them.
+//
+//   attention_bench [--shape all|gpt2|h2048] [--iters 30] [--warmup 5]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "kernels/cuda/ops.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+struct Shape {
+  const char* name;
+  int B, T, NH, HS, layers;
+};
+
+constexpr Shape kShapes[] = {
+    {"gpt2", 16, 1024, 12, 64, 12},  // GPT-2 124M, batch 16 × 1024
+    {"h2048", 8, 1024, 16, 128, 8},  // hidden 2048, 16 heads, 8 layers, batch 8 × 1024
+};
+
+#define BENCH_CHECK(call)                                                                         \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+// Fresh pseudo-random BF16 values, roughly N(0, 1) (sum of four uniforms, rescaled).
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    float s = 0.f;
+    for (int k = 0; k < 4; ++k) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      s += float(x >> 40) / float(1ull << 24) - 0.5f;
+    }
+    float f = s * 1.7320508f;  // variance of the sum of 4 uniforms is 1/3
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    v[i] = uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+  return v;
+}
+
+struct Buffers {
+  bf16 *qkv, *out, *dout, *dqkv;
+  float* stats;
+};
+
+template <typename F>
+double MedianMs(int warmup, int iters, F call) {
+  for (int i = 0; i < warmup; ++i) call(i);
+  BENCH_CHECK(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * iters);
+  for (auto& e : ev) BENCH_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    BENCH_CHECK(cudaEventRecord(ev[2 * i]));
+    call(i);
+    BENCH_CHECK(cudaEventRecord(ev[2 * i + 1]));
+  }
+  BENCH_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i)
+    BENCH_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) BENCH_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return ms[iters / 2];
+}
+
+void Run(const Shape& sh, int warmup, int iters) {
+  const int C = sh.NH * sh.HS;
+  const size_t n_qkv = size_t(sh.B) * sh.T * 3 * C, n_out = size_t(sh.B) * sh.T * C;
+  constexpr int kSets = 3;
+  Buffers set[kSets];
+  for (int s = 0; s < kSets; ++s) {
+    BENCH_CHECK(cudaMalloc(&set[s].qkv, n_qkv * 2));
+    BENCH_CHECK(cudaMalloc(&set[s].dqkv, n_qkv * 2));
+    BENCH_CHECK(cudaMalloc(&set[s].out, n_out * 2));
+    BENCH_CHECK(cudaMalloc(&set[s].dout, n_out * 2));
+    BENCH_CHECK(cudaMalloc(&set[s].stats, size_t(sh.B) * sh.NH * sh.T * 4));
+    std::vector<uint16_t> h = RandomBf16(n_qkv, 3 * s + 1);
+    BENCH_CHECK(cudaMemcpy(set[s].qkv, h.data(), n_qkv * 2, cudaMemcpyHostToDevice));
+    h = RandomBf16(n_out, 3 * s + 2);
+    BENCH_CHECK(cudaMemcpy(set[s].dout, h.data(), n_out * 2, cudaMemcpyHostToDevice));
+    // The backward reads the forward's out and stats.
+    BENCH_CHECK(AttentionForward(set[s].out, set[s].stats, set[s].qkv, sh.B, sh.T, C, sh.NH, 0));
+  }
+  Scratch scratch;
+  const double fwd_flop = 2.0 * sh.B * sh.NH * double(sh.T) * sh.T * sh.HS;
+  const double bwd_flop = 2.5 * fwd_flop;
+
+  const double fwd = MedianMs(warmup, iters, [&](int i) {
+    const Buffers& b = set[i % kSets];
+    BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0));
+  });
+  double bwd[2];
+  for (int det = 0; det < 2; ++det) {
+    bwd[det] = MedianMs(warmup, iters, [&](int i) {
+      const Buffers& b = set[i % kSets];
+      BENCH_CHECK(AttentionBackward(b.dqkv, b.dout, b.qkv, b.out, b.stats, sh.B, sh.T, C, sh.NH,
+                                    det == 1, scratch, 0));
+    });
+  }
+  char shape[96];
+  std::snprintf(shape, sizeof shape, "%s B=%d T=%d NH=%d HS=%d", sh.name, sh.B, sh.T, sh.NH, sh.HS);
+  const struct {
+    const char* pass;
+    double ms, flop;
+  } rows[] = {{"forward", fwd, fwd_flop},
+              {"backward, atomic dQ", bwd[0], bwd_flop},
+              {"backward, deterministic", bwd[1], bwd_flop}};
+  for (const auto& r : rows) {
+    std::printf("%-32s %-24s %9.3f %12.2f %9.1f\n", shape, r.pass, r.ms, r.ms * sh.layers,
+                r.flop / (r.ms * 1e-3) / 1e12);
+  }
+  std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (atomic dQ)", fwd + bwd[0],
+              (fwd + bwd[0]) * sh.layers);
+  for (Buffers& b : set) {
+    cudaFree(b.qkv);
+    cudaFree(b.dqkv);
+    cudaFree(b.out);
+    cudaFree(b.dout);
+    cudaFree(b.stats);
+  }
+}
+
+}  // namespace
+}  // namespace boulder::kernels::cuda
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times the causal flash attention kernels"};
+  std::string shape = "all";
+  int iters = 30, warmup = 5;
+  app.add_option("--shape", shape, "all, gpt2 or h2048")
+      ->check(CLI::IsMember({"all", "gpt2", "h2048"}));
+  app.add_option("--iters", iters, "timed calls per pass (median reported)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "attention_bench: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, %d SMs; median of %d calls after %d warm-up; ms/step = ms/call × layers\n",
+              prop.name, prop.multiProcessorCount, iters, warmup);
+  std::printf("%-32s %-24s %9s %12s %9s\n", "shape", "pass", "ms/call", "ms/step", "TFLOP/s");
+  for (const auto& sh : boulder::kernels::cuda::kShapes) {
+    if (shape == "all" || shape == sh.name) boulder::kernels::cuda::Run(sh, warmup, iters);
+  }
+  return 0;
+}

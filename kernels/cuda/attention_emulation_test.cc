@@ -1,0 +1,540 @@
+// The flash attention kernels (attention_fwd.cuh, attention_bwd.cuh) compiled as host C++ and
+// run on an emulated GPU, against a float64 reference: runs on any machine, so the fragment
+// layouts, tile index arithmetic, masks, padding and pipelining are tested without a GPU
+// (cuda_ops_test, label gpu, runs the same kernels on the device).
+//
+// The emulation: every CUDA thread of a block is a fiber on one OS thread (started with
+// makecontext, switched with _setjmp/_longjmp, which unlike swapcontext make no system call),
+// switched at barriers. __syncthreads, __syncwarp, shuffles and the PTX primitives ldmatrix and
+// mma.sync are warp- or block-wide rendezvous implementing the PTX ISA's fragment layouts;
+// shared and global memory are host memory; shared memory is poisoned with NaN before each
+// block, and every shared access of the primitives is bounds- and alignment-checked. cp.async
+// copies land either when issued or only at the cp.async.wait that covers them (both are run:
+// the first exposes a refill racing with readers, the second a read before the data landed).
+// A deadlock (threads waiting at different barriers) fails the test.
+//
+// What it cannot see: device-only numerics (exp2f is exact here, ex2.approx on the GPU), the
+// real timing of cp.async, and anything in the launchers (attention_fwd.cu, attention_bwd.cu),
+// whose launch sequence is mirrored below.
+#undef _FORTIFY_SOURCE  // its longjmp check rejects jumps between fiber stacks
+#define BOULDER_ATTENTION_EMULATION 1
+#define __launch_bounds__(...)
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+// ---- the emulated GPU ----------------------------------------------------------------------
+
+uint3 threadIdx, blockIdx;
+dim3 gridDim, blockDim;
+
+namespace emu {
+
+[[noreturn]] void Die(const char* what) {
+  std::fprintf(stderr, "emulated GPU: %s (block %u,%u,%u thread %u)\n", what, blockIdx.x,
+               blockIdx.y, blockIdx.z, threadIdx.x);
+  std::abort();
+}
+
+struct Copy {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+
+struct Fiber {
+  ucontext_t ctx;  // the entry context, used once
+  jmp_buf env;     // where the fiber resumes
+  std::unique_ptr<char[]> stack;
+  bool started = false;
+  bool done = false;
+  const uint64_t* wait_gen = nullptr;  // blocked while *wait_gen == wait_value
+  uint64_t wait_value = 0;
+  std::vector<Copy> open;
+  std::deque<std::vector<Copy>> groups;
+};
+
+struct Warp {
+  int count = 0;
+  uint64_t gen = 0;
+  const void* ptr[32];
+  uint32_t words[32][6];
+  float f[32];
+};
+
+constexpr size_t kStackBytes = 128 * 1024;
+constexpr size_t kMaxSmem = 227 * 1024;
+
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  int count = 0;
+  uint64_t gen = 0;
+  jmp_buf sched;
+  int current = 0;
+  std::function<void()> body;
+  size_t smem_bytes = 0;
+};
+
+Block g_block;
+// Schedules. Lockstep: every thread runs to its next barrier in turn, so warps stay within one
+// step of each other. Greedy: warps in a random order, each running until all its threads wait
+// at a block barrier, so one warp gets as far ahead of the others as the barriers allow.
+bool g_greedy = false;
+bool g_eager_copies = false;
+std::mt19937 g_rng(7);
+
+int Tid() { return g_block.current; }
+Fiber& Me() { return g_block.fibers[Tid()]; }
+
+void WaitWhile(const uint64_t* gen, uint64_t value) {
+  Fiber& f = Me();
+  f.wait_gen = gen;
+  f.wait_value = value;
+  if (!_setjmp(f.env)) _longjmp(g_block.sched, 1);
+}
+
+void BlockBarrier() {
+  const uint64_t gen = g_block.gen;
+  if (++g_block.count == int(g_block.fibers.size())) {
+    g_block.count = 0;
+    ++g_block.gen;
+    return;
+  }
+  WaitWhile(&g_block.gen, gen);
+}
+
+void WarpBarrier() {
+  Warp& w = g_block.warps[Tid() / 32];
+  const uint64_t gen = w.gen;
+  if (++w.count == 32) {
+    w.count = 0;
+    ++w.gen;
+    return;
+  }
+  WaitWhile(&w.gen, gen);
+}
+
+void Trampoline() {
+  g_block.body();
+  g_block.fibers[g_block.current].done = true;
+  _longjmp(g_block.sched, 1);
+}
+
+// Runs fiber f until it waits at a barrier or ends. A function of its own, so that no local of
+// the scheduler lives across the _setjmp.
+__attribute__((noinline)) void SwitchTo(Fiber& f) {
+  if (!_setjmp(g_block.sched)) {
+    if (f.started) _longjmp(f.env, 1);
+    f.started = true;
+    setcontext(&f.ctx);
+  }
+}
+
+void RunBlock(int threads, const std::function<void()>& body) {
+  if (threads % 32 != 0) Die("block size is not a multiple of 32");
+  Block& b = g_block;
+  if (int(b.fibers.size()) != threads) {
+    b.fibers = std::vector<Fiber>(threads);
+    for (Fiber& f : b.fibers) f.stack.reset(new char[kStackBytes]);
+  }
+  b.warps.assign(threads / 32, Warp{});
+  b.count = 0;
+  b.body = body;
+  for (Fiber& f : b.fibers) {
+    f.started = false;
+    f.done = false;
+    f.wait_gen = nullptr;
+    f.open.clear();
+    f.groups.clear();
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, Trampoline, 0);
+  }
+  std::vector<int> order(threads / 32);
+  for (size_t w = 0; w < order.size(); ++w) order[w] = int(w);
+  if (g_greedy) std::shuffle(order.begin(), order.end(), g_rng);
+  for (;;) {
+    bool progressed = false;
+    for (int w : order) {
+      bool ran;
+      do {
+        ran = false;
+        for (int i = w * 32; i < w * 32 + 32; ++i) {
+          Fiber& f = b.fibers[i];
+          if (f.done || (f.wait_gen && *f.wait_gen == f.wait_value)) continue;
+          f.wait_gen = nullptr;
+          b.current = i;
+          threadIdx = make_uint3(i, 0, 0);
+          SwitchTo(f);
+          ran = progressed = true;
+        }
+      } while (g_greedy && ran);
+    }
+    bool alive = false;
+    for (const Fiber& f : b.fibers) alive = alive || !f.done;
+    if (!alive) return;
+    if (!progressed) Die("deadlock: threads wait at barriers that never complete");
+  }
+}
+
+}  // namespace emu
+
+void __syncthreads() { emu::BlockBarrier(); }
+void __syncwarp(unsigned = 0xffffffffu) { emu::WarpBarrier(); }
+float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  emu::Warp& w = emu::g_block.warps[emu::Tid() / 32];
+  const int lane = emu::Tid() % 32;
+  w.f[lane] = v;
+  emu::WarpBarrier();
+  const float r = w.f[lane ^ lane_mask];
+  emu::WarpBarrier();
+  return r;
+}
+float atomicAdd(float* p, float v) {  // one OS thread: plain addition is atomic
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+int min(int a, int b) { return a < b ? a : b; }
+
+namespace boulder::kernels::cuda::attn {
+
+alignas(128) unsigned char smem[emu::kMaxSmem];
+using emu::Die;
+
+void CheckSmem(const void* p, size_t bytes) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (c < smem || c + bytes > smem + emu::g_block.smem_bytes) Die("shared access out of bounds");
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) Die("misaligned 16-byte shared access");
+}
+
+void CpAsync16(void* dst, const void* src, bool valid) {
+  CheckSmem(dst, 16);
+  if (valid && reinterpret_cast<uintptr_t>(src) % 16 != 0) Die("misaligned cp.async source");
+  emu::Copy c{dst, src, valid};
+  if (emu::g_eager_copies) {
+    if (valid)
+      std::memcpy(dst, src, 16);
+    else
+      std::memset(dst, 0, 16);
+  } else {
+    emu::Me().open.push_back(c);
+  }
+}
+void CpAsyncCommit() {
+  emu::Fiber& f = emu::Me();
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+template <int N>
+void CpAsyncWait() {
+  emu::Fiber& f = emu::Me();
+  while (f.groups.size() > size_t(N)) {
+    for (const emu::Copy& c : f.groups.front()) {
+      if (c.valid)
+        std::memcpy(c.dst, c.src, 16);
+      else
+        std::memset(c.dst, 0, 16);
+    }
+    f.groups.pop_front();
+  }
+}
+
+uint16_t Bits(const __nv_bfloat16* p) {
+  uint16_t u;
+  std::memcpy(&u, p, 2);
+  return u;
+}
+
+// ldmatrix .x4: lane l addresses row l % 8 of matrix l / 8; register j of lane i receives
+// matrix j's row i / 4, elements 2(i % 4) and 2(i % 4) + 1 (with .trans: elements
+// [2(i % 4)][i / 4] and [2(i % 4) + 1][i / 4]).
+void Ldsm(uint32_t (&r)[4], const __nv_bfloat16* p, bool trans) {
+  CheckSmem(p, 16);
+  emu::Warp& w = emu::g_block.warps[emu::Tid() / 32];
+  const int lane = emu::Tid() % 32;
+  w.ptr[lane] = p;
+  emu::WarpBarrier();
+  for (int j = 0; j < 4; ++j) {
+    const auto row = [&](int i) { return static_cast<const __nv_bfloat16*>(w.ptr[j * 8 + i]); };
+    uint16_t lo, hi;
+    if (!trans) {
+      lo = Bits(row(lane / 4) + 2 * (lane % 4));
+      hi = Bits(row(lane / 4) + 2 * (lane % 4) + 1);
+    } else {
+      lo = Bits(row(2 * (lane % 4)) + lane / 4);
+      hi = Bits(row(2 * (lane % 4) + 1) + lane / 4);
+    }
+    r[j] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+  emu::WarpBarrier();
+}
+void Ldsm4(uint32_t (&r)[4], const __nv_bfloat16* p) { Ldsm(r, p, false); }
+void Ldsm4T(uint32_t (&r)[4], const __nv_bfloat16* p) { Ldsm(r, p, true); }
+
+float Half(uint32_t v, int hi) {
+  const uint32_t bits = (hi ? v >> 16 : v & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// mma.m16n8k16 with the fragment layouts of attention_common.cuh.
+void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::Warp& w = emu::g_block.warps[emu::Tid() / 32];
+  const int lane = emu::Tid() % 32;
+  for (int i = 0; i < 4; ++i) w.words[lane][i] = a[i];
+  w.words[lane][4] = b0;
+  w.words[lane][5] = b1;
+  emu::WarpBarrier();
+  const auto A = [&](int r, int k) {
+    return Half(w.words[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
+  };
+  const auto B = [&](int k, int n) {
+    return Half(w.words[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2);
+  };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + (e >> 1) * 8, n = 2 * t + (e & 1);
+    double s = 0;
+    for (int k = 0; k < 16; ++k) s += double(A(r, k)) * B(k, n);
+    out[e] = float(double(c[e]) + s);
+  }
+  emu::WarpBarrier();
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+}  // namespace boulder::kernels::cuda::attn
+
+#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_fwd.cuh"
+
+namespace boulder::kernels::cuda::attn {
+namespace {
+
+// Runs kernel(args...) over a grid, one block at a time.
+template <typename F>
+void Launch(dim3 grid, int threads, size_t smem_bytes, F kernel) {
+  if (smem_bytes > emu::kMaxSmem) Die("dynamic shared memory over the device limit");
+  gridDim = grid;
+  blockDim = dim3(threads, 1, 1);
+  emu::g_block.smem_bytes = smem_bytes;
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = make_uint3(x, y, z);
+        std::memset(smem, 0xff, emu::kMaxSmem);  // NaN in BF16 and in FP32
+        emu::RunBlock(threads, kernel);
+      }
+    }
+  }
+}
+
+float RoundBF16(float f) { return __bfloat162float(__float2bfloat16(f)); }
+
+struct Problem {
+  int B, T, NH, HS;
+  int C() const { return NH * HS; }
+};
+
+// float64 causal attention: out, lse (natural log of the scaled scores' sum of exponentials)
+// and the gradient of qkv given dout.
+void Reference(const Problem& pr, const std::vector<float>& qkv, const std::vector<float>& dout,
+               std::vector<double>* out, std::vector<double>* lse, std::vector<double>* dqkv) {
+  const int B = pr.B, T = pr.T, NH = pr.NH, HS = pr.HS, C = pr.C();
+  const double scale = 1.0 / std::sqrt(double(HS));
+  out->assign(size_t(B) * T * C, 0.0);
+  lse->assign(size_t(B) * NH * T, 0.0);
+  dqkv->assign(qkv.size(), 0.0);
+  auto at = [&](int b, int t, int part, int h, int c) {
+    return size_t(b) * T * 3 * C + size_t(t) * 3 * C + part * C + h * HS + c;
+  };
+  std::vector<double> p(T), dp(T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int q = 0; q < T; ++q) {
+        double mx = -INFINITY;
+        for (int k = 0; k <= q; ++k) {
+          double s = 0;
+          for (int c = 0; c < HS; ++c) s += double(qkv[at(b, q, 0, h, c)]) * qkv[at(b, k, 1, h, c)];
+          p[k] = s * scale;
+          mx = std::max(mx, p[k]);
+        }
+        double sum = 0;
+        for (int k = 0; k <= q; ++k) sum += std::exp(p[k] - mx);
+        (*lse)[(size_t(b) * NH + h) * T + q] = mx + std::log(sum);
+        for (int k = 0; k <= q; ++k) p[k] = std::exp(p[k] - mx) / sum;
+        double D = 0;
+        for (int c = 0; c < HS; ++c) {
+          double o = 0;
+          for (int k = 0; k <= q; ++k) o += p[k] * qkv[at(b, k, 2, h, c)];
+          (*out)[(size_t(b) * T + q) * C + h * HS + c] = o;
+          D += o * dout[(size_t(b) * T + q) * C + h * HS + c];
+        }
+        for (int k = 0; k <= q; ++k) {
+          double d = 0;
+          for (int c = 0; c < HS; ++c)
+            d += double(dout[(size_t(b) * T + q) * C + h * HS + c]) * qkv[at(b, k, 2, h, c)];
+          dp[k] = p[k] * (d - D);  // dS
+        }
+        for (int k = 0; k <= q; ++k) {
+          for (int c = 0; c < HS; ++c) {
+            const double g = dout[(size_t(b) * T + q) * C + h * HS + c];
+            (*dqkv)[at(b, q, 0, h, c)] += scale * dp[k] * qkv[at(b, k, 1, h, c)];
+            (*dqkv)[at(b, k, 1, h, c)] += scale * dp[k] * qkv[at(b, q, 0, h, c)];
+            (*dqkv)[at(b, k, 2, h, c)] += p[k] * g;
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<bf16> ToBf16(const std::vector<float>& v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = __float2bfloat16(v[i]);
+  return r;
+}
+
+template <typename T, typename Get>
+double RelErr(const std::vector<T>& got, const std::vector<double>& want, Get get, size_t begin = 0,
+              size_t step = 1, size_t len = 0) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (len && (i - begin) % step >= len) continue;
+    if (len && i < begin) continue;
+    const double g = get(got[i]);
+    if (!std::isfinite(g)) return INFINITY;
+    num += (g - want[i]) * (g - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+template <int HS>
+void RunForward(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf16>* out,
+                std::vector<float>* stats) {
+  using Cfg = FwdCfg<HS>;
+  const int C = pr.C();
+  const bf16* q = qkv.data();
+  bf16* o = out->data();
+  float* st = stats->data();
+  const float scale_log2 = kLog2e / std::sqrt(float(HS));
+  const int T = pr.T, NH = pr.NH;
+  Launch(dim3((T + Cfg::kBq - 1) / Cfg::kBq, NH, pr.B), Cfg::kThreads, Cfg::kSmemBytes,
+         [=] { FlashForwardKernel<HS>(o, st, q, T, C, NH, scale_log2); });
+}
+
+// Mirrors Backward<HS> in attention_bwd.cu.
+template <int HS>
+void RunBackward(const Problem& pr, const std::vector<bf16>& qkv, const std::vector<bf16>& out,
+                 const std::vector<float>& stats, const std::vector<bf16>& dout, bool deterministic,
+                 std::vector<bf16>* dqkv) {
+  const int B = pr.B, T = pr.T, NH = pr.NH, C = pr.C(), Tp = PaddedT(T);
+  const size_t n_rows = size_t(B) * NH * Tp;
+  std::vector<float> Dp(n_rows, NAN), lse2(n_rows, NAN), dq_acc(size_t(B) * T * C, 0.f);
+  const float scale = 1.f / std::sqrt(float(HS)), scale_log2 = scale * kLog2e;
+  float *pD = Dp.data(), *pL = lse2.data(), *pA = dq_acc.data();
+  const bf16 *pq = qkv.data(), *po = out.data(), *pdo = dout.data();
+  const float* ps = stats.data();
+  bf16* pdq = dqkv->data();
+  Launch(dim3(unsigned((n_rows + 7) / 8)), 256, 0,
+         [=] { PreprocessKernel<HS>(pD, pL, pdo, po, ps, B, T, Tp, C, NH); });
+  const dim3 kv_grid((T + 127) / 128, NH, B);
+  if (!deterministic) {
+    using Cfg = KVCfg<HS, true>;
+    Launch(kv_grid, kBwdThreads, Cfg::kSmemBytes, [=] {
+      FlashBackwardKVKernel<HS, true>(pdq, pA, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2);
+    });
+    const size_t n8 = dq_acc.size() / 8;
+    Launch(dim3(unsigned((n8 + 255) / 256)), 256, 0,
+           [=] { ConvertDQKernel(pdq, pA, n8, C, scale); });
+    return;
+  }
+  using Cfg = KVCfg<HS, false>;
+  Launch(kv_grid, kBwdThreads, Cfg::kSmemBytes, [=] {
+    FlashBackwardKVKernel<HS, false>(pdq, nullptr, pdo, pq, pL, pD, T, Tp, C, NH, scale,
+                                     scale_log2);
+  });
+  using QC = QCfg<HS>;
+  Launch(dim3((T + QC::kBq - 1) / QC::kBq, NH, B), kBwdThreads, QC::kSmemBytes,
+         [=] { FlashBackwardQKernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2); });
+}
+
+enum class Schedule { kLockstepLazyCopies, kGreedyEagerCopies, kGreedyLazyCopies };
+
+template <int HS>
+void Check(const Problem& pr, Schedule schedule, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "B=" << pr.B << " T=" << pr.T << " NH=" << pr.NH
+                                  << " HS=" << HS << " schedule " << int(schedule));
+  emu::g_greedy = schedule != Schedule::kLockstepLazyCopies;
+  emu::g_eager_copies = schedule == Schedule::kGreedyEagerCopies;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int C = pr.C();
+  std::vector<float> qkv(size_t(pr.B) * pr.T * 3 * C), dout(size_t(pr.B) * pr.T * C);
+  for (auto& x : qkv) x = RoundBF16(nd(rng));
+  for (auto& x : dout) x = RoundBF16(nd(rng));
+  std::vector<double> ref_out, ref_lse, ref_dqkv;
+  Reference(pr, qkv, dout, &ref_out, &ref_lse, &ref_dqkv);
+
+  const bf16 nan = __float2bfloat16(NAN);
+  const std::vector<bf16> qkv_b = ToBf16(qkv), dout_b = ToBf16(dout);
+  std::vector<bf16> out(size_t(pr.B) * pr.T * C, nan);
+  std::vector<float> stats(size_t(pr.B) * pr.NH * pr.T, NAN);
+  RunForward<HS>(pr, qkv_b, &out, &stats);
+  const auto f16 = [](bf16 x) { return double(__bfloat162float(x)); };
+  const auto f32 = [](float x) { return double(x); };
+  EXPECT_LT(RelErr(out, ref_out, f16), 1e-2) << "out";
+  EXPECT_LT(RelErr(stats, ref_lse, f32), 1e-4) << "stats";
+
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "atomic dQ");
+    std::vector<bf16> dqkv(qkv.size(), nan);
+    RunBackward<HS>(pr, qkv_b, out, stats, dout_b, deterministic, &dqkv);
+    for (int part = 0; part < 3; ++part) {
+      EXPECT_LT(RelErr(dqkv, ref_dqkv, f16, part * C, 3 * C, C), 2e-2) << "d"
+                                                                       << "qkv"[part];
+    }
+  }
+}
+
+constexpr Schedule kAllSchedules[] = {Schedule::kLockstepLazyCopies, Schedule::kGreedyEagerCopies,
+                                      Schedule::kGreedyLazyCopies};
+
+TEST(AttentionEmulationTest, Head64) {
+  for (Schedule s : kAllSchedules) {
+    Check<64>({2, 37, 2, 64}, s, 1);
+    Check<64>({1, 200, 1, 64}, s, 2);
+  }
+  Check<64>({1, 1, 1, 64}, Schedule::kGreedyEagerCopies, 3);
+  Check<64>({1, 128, 1, 64}, Schedule::kGreedyLazyCopies, 4);
+}
+
+TEST(AttentionEmulationTest, Head128) {
+  for (Schedule s : kAllSchedules) Check<128>({1, 150, 2, 128}, s, 5);
+  Check<128>({1, 64, 1, 128}, Schedule::kGreedyEagerCopies, 6);
+}
+
+}  // namespace
+}  // namespace boulder::kernels::cuda::attn

@@ -1,0 +1,41 @@
+// Launcher of the causal flash attention forward (the kernel and its algorithm:
+// attention_fwd.cuh).
+#include "kernels/cuda/attention_fwd.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+using namespace attn;
+
+template <int HS>
+cudaError_t Forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
+                    cudaStream_t s) {
+  using Cfg = FwdCfg<HS>;
+  cudaError_t err = cudaFuncSetAttribute(
+      FlashForwardKernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  dim3 grid(CeilDiv(T, Cfg::kBq), NH, B);
+  FlashForwardKernel<HS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(out, stats, qkv, T, C, NH,
+                                                                      kLog2e / sqrtf(float(HS)));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
+                             cudaStream_t s) {
+  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || B > 65535 || NH > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (reinterpret_cast<uintptr_t>(qkv) % 16 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    return cudaErrorMisalignedAddress;
+  }
+  const int hs = C / NH;
+  if (hs == 64) return Forward<64>(out, stats, qkv, B, T, C, NH, s);
+  if (hs == 128) return Forward<128>(out, stats, qkv, B, T, C, NH, s);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace boulder::kernels::cuda
