@@ -31,7 +31,7 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
       <<<CeilDiv(n_rows, 8), 256, 0, s>>>(Dp, lse2, dout, out, stats, B, T, Tp, C, NH);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const dim3 kv_grid(CeilDiv(T, KVCfg<HS, true>::kBkv), NH, B);
+  const dim3 kv_grid(B * NH, CeilDiv(T, KVCfg<HS, true>::kBkv));
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;
     if ((err = cudaMemsetAsync(dq_acc, 0, sizeof(float) * n_dq, s)) != cudaSuccess) return err;
@@ -51,7 +51,7 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   using QC = QCfg<HS>;
   if ((err = AllowSmem(FlashBackwardQKernel<HS>, QC::kSmemBytes)) != cudaSuccess) return err;
-  FlashBackwardQKernel<HS><<<dim3(CeilDiv(T, QC::kBq), NH, B), kBwdThreads, QC::kSmemBytes, s>>>(
+  FlashBackwardQKernel<HS><<<dim3(B * NH, CeilDiv(T, QC::kBq)), kBwdThreads, QC::kSmemBytes, s>>>(
       dqkv, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
   return cudaGetLastError();
 }
@@ -61,7 +61,8 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
                               Scratch& scratch, cudaStream_t s) {
-  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || B > 65535 || NH > 65535) {
+  if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
+      int64_t(B) * NH > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
   for (const void* p : {static_cast<const void*>(dqkv), static_cast<const void*>(dout),

@@ -67,6 +67,16 @@ __global__ void PreprocessKernel(float* __restrict__ Dp, float* __restrict__ lse
   }
 }
 
+// p[0] += a, p[1] += b atomically per element (p 8-byte aligned); one vector atomic on sm_90.
+__device__ __forceinline__ void AtomicAdd2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 // ---- 2. the KV kernel ----------------------------------------------------------------------
 
 template <int HS, bool kAtomicDQ>
@@ -100,8 +110,10 @@ __global__ void __launch_bounds__(kBwdThreads)
   float* sL = reinterpret_cast<float*>(smem + Cfg::kBf16Elems * 2);  // [2][kBq]
   float* sD = sL + 2 * kBq;                                          // [2][kBq]
 
-  const int kt = blockIdx.x;  // the first key tiles have the most queries: they start first
-  const int h = blockIdx.y, b = blockIdx.z;
+  // Grid (B·NH, key tiles): blocks start in x-then-y order, so every head's first key tile,
+  // which has the most queries, starts before any shorter one.
+  const int kt = blockIdx.y;
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const size_t stride = 3 * size_t(C);
@@ -213,14 +225,8 @@ __global__ void __launch_bounds__(kBwdThreads)
       float* base = dq_acc + size_t(b) * T * C + h * HS + ng * Cfg::kCols + 2 * t4;
 #pragma unroll
       for (int j = 0; j < Cfg::kCols / 8; ++j) {
-        if (qa < T) {
-          atomicAdd(base + size_t(qa) * C + 8 * j, acc[j][0]);
-          atomicAdd(base + size_t(qa) * C + 8 * j + 1, acc[j][1]);
-        }
-        if (qa + 8 < T) {
-          atomicAdd(base + size_t(qa + 8) * C + 8 * j, acc[j][2]);
-          atomicAdd(base + size_t(qa + 8) * C + 8 * j + 1, acc[j][3]);
-        }
+        if (qa < T) AtomicAdd2(base + size_t(qa) * C + 8 * j, acc[j][0], acc[j][1]);
+        if (qa + 8 < T) AtomicAdd2(base + size_t(qa + 8) * C + 8 * j, acc[j][2], acc[j][3]);
       }
     }
     __syncthreads();  // every warp is done with this stage (and dSᵀ) before they are refilled
@@ -278,8 +284,8 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 2 : 1)
   bf16* sK = sdO + Cfg::kQElems;      // [2][kBkv][kLd]
   bf16* sV = sK + 2 * Cfg::kKVElems;  // [2][kBkv][kLd]
 
-  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest (last) query tiles start first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int qt = gridDim.y - 1 - blockIdx.y;  // grid (B·NH, query tiles): longest first
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const size_t stride = 3 * size_t(C);

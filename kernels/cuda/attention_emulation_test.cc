@@ -441,7 +441,7 @@ void RunForward(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf1
   float* st = stats->data();
   const float scale_log2 = kLog2e / std::sqrt(float(HS));
   const int T = pr.T, NH = pr.NH;
-  Launch(dim3((T + Cfg::kBq - 1) / Cfg::kBq, NH, pr.B), Cfg::kThreads, Cfg::kSmemBytes,
+  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes,
          [=] { FlashForwardKernel<HS>(o, st, q, T, C, NH, scale_log2); });
 }
 
@@ -460,7 +460,7 @@ void RunBackward(const Problem& pr, const std::vector<bf16>& qkv, const std::vec
   bf16* pdq = dqkv->data();
   Launch(dim3(unsigned((n_rows + 7) / 8)), 256, 0,
          [=] { PreprocessKernel<HS>(pD, pL, pdo, po, ps, B, T, Tp, C, NH); });
-  const dim3 kv_grid((T + 127) / 128, NH, B);
+  const dim3 kv_grid(B * NH, (T + 127) / 128);
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;
     Launch(kv_grid, kBwdThreads, Cfg::kSmemBytes, [=] {
@@ -477,7 +477,7 @@ void RunBackward(const Problem& pr, const std::vector<bf16>& qkv, const std::vec
                                      scale_log2);
   });
   using QC = QCfg<HS>;
-  Launch(dim3((T + QC::kBq - 1) / QC::kBq, NH, B), kBwdThreads, QC::kSmemBytes,
+  Launch(dim3(B * NH, (T + QC::kBq - 1) / QC::kBq), kBwdThreads, QC::kSmemBytes,
          [=] { FlashBackwardQKernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2); });
 }
 

@@ -16,7 +16,7 @@ cudaError_t Forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int 
   cudaError_t err = cudaFuncSetAttribute(
       FlashForwardKernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  dim3 grid(CeilDiv(T, Cfg::kBq), NH, B);
+  dim3 grid(B * NH, CeilDiv(T, Cfg::kBq));
   FlashForwardKernel<HS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(out, stats, qkv, T, C, NH,
                                                                       kLog2e / sqrtf(float(HS)));
   return cudaGetLastError();
@@ -26,7 +26,8 @@ cudaError_t Forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int 
 
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
                              cudaStream_t s) {
-  if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || B > 65535 || NH > 65535) {
+  if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
+      int64_t(B) * NH > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
   if (reinterpret_cast<uintptr_t>(qkv) % 16 != 0 || reinterpret_cast<uintptr_t>(out) % 16 != 0) {

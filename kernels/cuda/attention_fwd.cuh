@@ -39,8 +39,10 @@ __global__ void __launch_bounds__(FwdCfg<HS>::kThreads, HS == 64 ? 2 : 1)
   bf16* sK = sQ + Cfg::kQElems;
   bf16* sV = sK + 2 * Cfg::kKVElems;
 
-  const int qt = gridDim.x - 1 - blockIdx.x;  // the longest (last) query tiles start first
-  const int h = blockIdx.y, b = blockIdx.z;
+  // Grid (B·NH, query tiles): blocks start in x-then-y order, so every head's longest (last)
+  // query tile starts before any shorter one and the short ones fill the tail.
+  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const size_t stride = 3 * size_t(C);

@@ -284,11 +284,13 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
 
 namespace {
 
-// The attention kernels take head size 64 or 128, any T >= 1, and 16-byte aligned tensors.
+// The attention kernels take head size 64 or 128, 1 <= T <= kMaxAttentionT, and 16-byte
+// aligned tensors.
 absl::Status CheckAttentionShape(const void* const* tensors, int n, int B, int T, int C, int NH) {
-  if (B < 1 || T < 1 || NH < 1 || B > 65535 || NH > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda backend: attention shape B=", B, " T=", T,
-                                                   " NH=", NH, " (need B, T, NH >= 1)"));
+  if (B < 1 || T < 1 || NH < 1 || T > kMaxAttentionT || int64_t(B) * NH > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda backend: attention shape B=", B, " T=", T, " NH=", NH,
+                     " (need B, T, NH >= 1, T <= ", kMaxAttentionT, ")"));
   }
   if (C % NH != 0) {
     return absl::InvalidArgumentError(

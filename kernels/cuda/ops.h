@@ -76,8 +76,10 @@ cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, floa
                   float max_norm, cudaStream_t s);
 
 // ---- attention_fwd.cu, attention_bwd.cu ---- causal flash attention, head size 64 or 128,
-// any T >= 1. qkv, out, dout and dqkv must be 16-byte aligned (cudaErrorMisalignedAddress
-// otherwise); other unsupported shapes give cudaErrorInvalidValue.
+// 1 <= T <= kMaxAttentionT (tiles of 64 rows index grid dimension y). qkv, out, dout and dqkv
+// must be 16-byte aligned (cudaErrorMisalignedAddress otherwise); other unsupported shapes
+// give cudaErrorInvalidValue.
+constexpr int kMaxAttentionT = 65535 * 64;
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
                              int NH, cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
