@@ -100,6 +100,12 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", attempt, "attempt copied into step reports");
   app.add_option("--rank", rank, "this process's rank");
   app.add_option("--world-size", world_size, "number of ranks");
+  std::string weights_out;
+  app.add_option("--weights-out", weights_out,
+                 "write the trained weights here (safetensors, Hugging Face GPT-2 names)");
+  bool eval_only = false;
+  app.add_flag("--eval-only", eval_only,
+               "only report the loss on eval.token_files (of model.init_from's weights)");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -148,6 +154,8 @@ int main(int argc, char** argv) {
   options.rank = rank;
   options.world_size = world_size;
   options.stop = &g_stop;
+  options.weights_out = weights_out;
+  options.eval_only = eval_only;
   const char* profile = std::getenv(boulder::common::kEnvProfileKernels);
   options.profile_kernels = profile != nullptr && std::string(profile) != "0";
   options.on_info = [quiet](absl::string_view line) {
