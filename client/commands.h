@@ -98,6 +98,12 @@ struct PlotOptions {
   absl::Duration timeout = absl::Seconds(120);
 };
 
+struct ExportOptions {
+  int64_t job_id = 0;
+  std::string format = "safetensors";  // the only one
+  std::string output;                  // REQUIRES: non-empty
+};
+
 struct TopOptions {
   // Time between refreshes on a terminal.
   absl::Duration interval = absl::Seconds(1);
@@ -125,6 +131,10 @@ int RunPlot(const ConnectOptions& connect, const PlotOptions& options, const Io&
 // the screen and the next one tries again. Otherwise: the screen once, and the error as
 // usual.
 int RunTop(const ConnectOptions& connect, const TopOptions& options, const Io& io);
+// Downloads the job's trained weights (safetensors, Hugging Face GPT-2 names) to
+// options.output, then "wrote FILE (SIZE, job N, safetensors)". FAILED_PRECONDITION from the
+// coordinator while the job has no weights (still running, or failed before writing them).
+int RunExport(const ConnectOptions& connect, const ExportOptions& options, const Io& io);
 
 }  // namespace boulder::client
 

@@ -141,7 +141,11 @@ class WatchPrinter : public JobEventHandler {
       return;
     }
     eta_.Add(report);
+    // Keep showing the last validation loss between evaluations.
+    const bool had_val = have_report_ && last_report_.has_val_loss();
+    const double last_val = last_report_.val_loss();
     last_report_ = report;
+    if (!report.has_val_loss() && had_val) last_report_.set_val_loss(last_val);
     have_report_ = true;
     last_report_printed_ = false;
     if (io_.out_is_terminal) {

@@ -120,6 +120,16 @@ int Main(int argc, char** argv) {
   plot_cmd->add_option("-o,--output", plot.output, "the SVG file, - for stdout (default: loss.svg)")
       ->type_name("FILE");
 
+  ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "download a finished job's trained weights (Hugging Face GPT-2 safetensors)");
+  AddJobId(export_cmd, &export_options.job_id);
+  export_cmd->add_option("--format", export_options.format, "safetensors (the only format)")
+      ->check(CLI::IsMember({"safetensors"}));
+  export_cmd->add_option("-o,--output", export_options.output, "the file to write")
+      ->type_name("FILE")
+      ->required();
+
   TopOptions top;
   CLI::App* top_cmd = app.add_subcommand(
       "top", "live table of workers and jobs (q or Ctrl-C quits; once when not a terminal)");
@@ -134,7 +144,7 @@ int Main(int argc, char** argv) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
     if (app.get_subcommands().empty()) {
       std::cerr << "boulder: a command is required: submit, jobs, get, watch, logs, cancel, "
-                   "workers, plot or top (see boulder --help)\n";
+                   "workers, plot, export or top (see boulder --help)\n";
       return kExitUsage;
     }
     std::cerr << "boulder: " << e.what() << " (see boulder --help)\n";
@@ -167,6 +177,7 @@ int Main(int argc, char** argv) {
   if (logs_cmd->parsed()) return RunLogs(connect, logs, io);
   if (cancel_cmd->parsed()) return RunCancel(connect, cancel, io);
   if (plot_cmd->parsed()) return RunPlot(connect, plot, io);
+  if (export_cmd->parsed()) return RunExport(connect, export_options, io);
   if (top_cmd->parsed()) {
     std::optional<QuitKeys> keys;  // only where there is a screen to restore
     if (io.out_is_terminal) {

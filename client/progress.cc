@@ -46,7 +46,10 @@ std::string StepText(const v1::StepReport& r) {
   return absl::StrCat("step ", r.step(), "/", r.total_steps());
 }
 
-std::string LossText(const v1::StepReport& r) { return absl::StrFormat("loss %.4f", r.loss()); }
+std::string LossText(const v1::StepReport& r) {
+  if (r.has_val_loss()) return absl::StrFormat("loss %.4f  val %.4f", r.loss(), r.val_loss());
+  return absl::StrFormat("loss %.4f", r.loss());
+}
 
 std::string LrText(const v1::StepReport& r) { return absl::StrFormat("lr %.1e", r.lr()); }
 

@@ -69,6 +69,7 @@ std::string ReportText(const v1::StepReport& r) {
   std::string out;
   out += Field("Latest step", absl::StrCat(r.step(), "/", r.total_steps()));
   out += Field("Loss", absl::StrFormat("%.4f", r.loss()), 2);
+  if (r.has_val_loss()) out += Field("Val loss", absl::StrFormat("%.4f", r.val_loss()), 2);
   out += Field("LR", Scientific(r.lr()), 2);
   out += Field("Grad norm", absl::StrFormat("%.4g", r.grad_norm()), 2);
   out += Field("Tokens/s", WithThousands(std::llround(r.tokens_per_second())), 2);

@@ -240,14 +240,44 @@ absl::Status SetNumber(const std::string& text, const FieldDescriptor* field, Me
 
 absl::Status FillMessage(const YAML::Node& node, Message* message, const std::string& path);
 
+// A list of integers, `[0, 1]` (or a block sequence); an empty value is the empty list. The
+// list replaces what the field held (so an override sets, not appends).
+absl::Status SetRepeatedInt32(const YAML::Node& node, const FieldDescriptor* field,
+                              Message* message, const std::string& path) {
+  const Reflection* reflection = message->GetReflection();
+  if (!node.IsNull() && !node.IsSequence()) {
+    return Invalid(path, absl::StrCat("expected a list of integers, got ", Got(node)));
+  }
+  std::vector<int32_t> values;
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string item_path = absl::StrCat(path, "[", i, "]");
+      const YAML::Node item = node[i];
+      const absl::string_view digits =
+          item.IsScalar() ? absl::StripAsciiWhitespace(item.Scalar()) : absl::string_view();
+      int32_t value = 0;
+      if (!item.IsScalar() || !IsDecimalInteger(digits) || !absl::SimpleAtoi(digits, &value)) {
+        return Invalid(item_path, absl::StrCat("expected a 32-bit integer, got ", Got(item)));
+      }
+      values.push_back(value);
+    }
+  }
+  reflection->ClearField(message, field);
+  for (int32_t value : values) reflection->AddInt32(message, field, value);
+  return absl::OkStatus();
+}
+
 // Sets one field from its YAML value. Quoted and plain scalars are treated alike: the field's
 // type decides, as protobuf's JSON parser does.
 absl::Status SetField(const YAML::Node& node, const FieldDescriptor* field, Message* message,
                       const std::string& path) {
   const Reflection* reflection = message->GetReflection();
+  if (field->is_repeated() && field->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
+    return SetRepeatedInt32(node, field, message, path);
+  }
   if (field->is_repeated() || field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
-    // spec_test checks that JobSpec has no such fields; supporting one means writing its
-    // YAML form here and in Emit.
+    // spec_test checks that JobSpec has no other such fields; supporting one means writing
+    // its YAML form here and in Emit.
     return absl::InternalError(absl::StrCat(path, ": field kind not supported by the spec parser"));
   }
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
@@ -423,7 +453,15 @@ void Emit(const Message& message, int indent, std::string* out) {
   const std::string pad(indent, ' ');
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor* field = descriptor->field(i);
-    if (field->is_repeated() || !reflection->HasField(message, field)) continue;
+    if (field->is_repeated()) {
+      const int n = reflection->FieldSize(message, field);
+      if (n == 0 || field->cpp_type() != FieldDescriptor::CPPTYPE_INT32) continue;
+      std::vector<int32_t> values;
+      for (int j = 0; j < n; ++j) values.push_back(reflection->GetRepeatedInt32(message, field, j));
+      absl::StrAppend(out, pad, field->name(), ": [", absl::StrJoin(values, ", "), "]\n");
+      continue;
+    }
+    if (!reflection->HasField(message, field)) continue;
     if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
       absl::StrAppend(out, pad, field->name(), ": ", ScalarText(message, field), "\n");
       continue;

@@ -40,6 +40,8 @@ constexpr ModelPreset kPresets[] = {
 
 constexpr char kDefaultPreset[] = "minigpt";
 constexpr char kArithmetic[] = "arithmetic";
+constexpr char kTokenFiles[] = "token_files";
+constexpr size_t kMaxPathBytes = 4096;
 constexpr int32_t kMaxSteps = 1000000000;
 constexpr size_t kMaxNameBytes = 128;
 // Parameters, gradients and two AdamW moments, 4 bytes each.
@@ -49,6 +51,8 @@ constexpr double kMaxStateBytes = 1099511627776.0;  // 1 TiB
 constexpr absl::string_view kPrecisions[] = {"auto", "fp32", "bf16", "fp8"};
 constexpr absl::string_view kBackends[] = {"auto", "cpu", "cuda"};
 constexpr absl::string_view kSchedules[] = {"constant", "cosine", "linear"};
+constexpr absl::string_view kSources[] = {"arithmetic", "token_files"};
+constexpr absl::string_view kCheckpointing[] = {"none", "mlp", "full"};
 
 absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -146,6 +150,8 @@ void FillDefaults(v1::JobSpec* spec) {
   v1::DataSpec* data = spec->mutable_data();
   if (!data->has_source()) data->set_source(kArithmetic);
   if (!data->has_max_stride()) data->set_max_stride(6);
+  if (!data->has_token_files()) data->set_token_files("");
+  if (!spec->model().has_init_from()) spec->mutable_model()->set_init_from("");
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_steps()) t->set_steps(200);
@@ -164,6 +170,13 @@ void FillDefaults(v1::JobSpec* spec) {
   if (!t->has_seed()) t->set_seed(1337);
   if (!t->has_deterministic()) t->set_deterministic(false);
   if (!t->has_log_every_steps()) t->set_log_every_steps(1);
+  if (!t->has_freeze_embeddings()) t->set_freeze_embeddings(false);
+  if (!t->has_activation_checkpointing()) t->set_activation_checkpointing("none");
+
+  v1::EvalSpec* eval = spec->mutable_eval();
+  if (!eval->has_token_files()) eval->set_token_files("");
+  if (!eval->has_every_steps()) eval->set_every_steps(50);
+  if (!eval->has_batches()) eval->set_batches(8);
 
   if (!spec->has_precision()) spec->set_precision("auto");
 
@@ -210,13 +223,56 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPath(absl::string_view path, const std::string& value) {
+  if (value.size() > kMaxPathBytes) {
+    return Invalid(path, absl::StrCat(value.size(), " bytes is longer than ", kMaxPathBytes));
+  }
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) return Invalid(path, "must not contain control characters");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateData(const v1::DataSpec& data, const v1::ModelSpec& model) {
-  if (data.source() != kArithmetic) {
-    return Invalid("data.source", absl::StrCat("unknown source '", data.source(),
-                                               "' (supported: arithmetic; token files are not "
-                                               "supported yet)"));
+  absl::Status status = CheckOneOf("data.source", data.source(), "source", kSources);
+  if (status.ok()) status = CheckPath("data.token_files", data.token_files());
+  if (status.ok()) status = CheckPath("model.init_from", model.init_from());
+  if (!status.ok()) return status;
+  if (data.source() == kTokenFiles) {
+    if (data.token_files().empty()) {
+      return Invalid("data.token_files",
+                     "must name .bin shards (a glob) when data.source is token_files");
+    }
+    return absl::OkStatus();
+  }
+  if (!data.token_files().empty()) {
+    return Invalid("data.token_files", absl::StrCat("is set but data.source is '", data.source(),
+                                                    "' (set data.source: token_files)"));
   }
   return CheckRange("data.max_stride", data.max_stride(), 1, model.vocab_size() - 1);
+}
+
+absl::Status ValidateEval(const v1::EvalSpec& eval) {
+  absl::Status status = CheckPath("eval.token_files", eval.token_files());
+  if (status.ok()) status = CheckRange("eval.every_steps", eval.every_steps(), 1, kMaxSteps);
+  if (status.ok()) status = CheckRange("eval.batches", eval.batches(), 1, 100000);
+  return status;
+}
+
+absl::Status ValidateFreezing(const v1::TrainingSpec& t, const v1::ModelSpec& model) {
+  std::vector<bool> seen(model.layers(), false);
+  for (int i = 0; i < t.freeze_layers_size(); ++i) {
+    const int32_t layer = t.freeze_layers(i);
+    const std::string path = absl::StrCat("training.freeze_layers[", i, "]");
+    if (layer < 0 || layer >= model.layers()) {
+      return Invalid(
+          path, absl::StrCat("layer ", layer, " is not in [0, model.layers ", model.layers(), ")"));
+    }
+    if (seen[layer]) return Invalid(path, absl::StrCat("layer ", layer, " is listed twice"));
+    seen[layer] = true;
+  }
+  return CheckOneOf("training.activation_checkpointing", t.activation_checkpointing(),
+                    "activation_checkpointing mode", kCheckpointing);
 }
 
 absl::Status CheckDouble(absl::string_view path, double value, double min, bool min_inclusive,
@@ -326,6 +382,8 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ValidatePrecision(out.precision(), out.resources().backend());
   if (status.ok()) status = ValidateGeneration(out.generation(), out.model());
   if (status.ok()) status = ValidateCheckpoint(out);
+  if (status.ok()) status = ValidateEval(out.eval());
+  if (status.ok()) status = ValidateFreezing(out.training(), out.model());
   if (!status.ok()) return status;
   return out;
 }

@@ -57,6 +57,7 @@ void ExpectAllSet(const Message& message, const std::string& path) {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor* field = descriptor->field(i);
     const std::string field_path = absl::StrCat(path, field->name());
+    if (field->is_repeated()) continue;  // lists have no presence; empty is their default
     EXPECT_TRUE(message.GetReflection()->HasField(message, field)) << field_path;
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       ExpectAllSet(message.GetReflection()->GetMessage(message, field), field_path + ".");
@@ -65,7 +66,7 @@ void ExpectAllSet(const Message& message, const std::string& path) {
 }
 
 TEST(SpecDescriptorTest, OnlySingularScalarsWithPresenceAndSections) {
-  // The parser and emitter handle exactly these field kinds; a repeated, map or enum field
+  // The parser and emitter handle exactly these field kinds; another repeated, map or enum field
   // in spec.proto needs its YAML form written in spec.cc first.
   std::vector<const Descriptor*> pending = {v1::JobSpec::descriptor()};
   while (!pending.empty()) {
@@ -73,8 +74,12 @@ TEST(SpecDescriptorTest, OnlySingularScalarsWithPresenceAndSections) {
     pending.pop_back();
     for (int i = 0; i < descriptor->field_count(); ++i) {
       const FieldDescriptor* field = descriptor->field(i);
-      EXPECT_FALSE(field->is_repeated()) << field->full_name();
       EXPECT_NE(field->cpp_type(), FieldDescriptor::CPPTYPE_ENUM) << field->full_name();
+      if (field->is_repeated()) {
+        // Lists of integers (training.freeze_layers) are the one repeated kind supported.
+        EXPECT_EQ(field->cpp_type(), FieldDescriptor::CPPTYPE_INT32) << field->full_name();
+        continue;
+      }
       EXPECT_TRUE(field->has_presence()) << field->full_name();
       if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
         pending.push_back(field->message_type());
@@ -266,7 +271,8 @@ TEST(SpecParseTest, HugeKeysAndValuesAreCutInMessages) {
                                           "seq_len, lr, beta1, beta2, eps, weight_decay, "
                                           "warmup_steps, schedule, min_lr_ratio, "
                                           "grad_accum_steps, grad_clip, seed, deterministic, "
-                                          "log_every_steps)")));
+                                          "log_every_steps, freeze_layers, freeze_embeddings, "
+                                          "activation_checkpointing)")));
   EXPECT_THAT(ParseStatus(absl::StrCat("training:\n  steps: ", long_text, "\n")),
               IsInvalid(absl::StrCat("training.steps: expected an integer, got '",
                                      std::string(77, 'x'), "...'")));
@@ -407,8 +413,26 @@ INSTANTIATE_TEST_SUITE_P(
     DataAndTraining, SpecResolveErrorTest,
     ::testing::Values(
         ResolveCase{"data: {source: tokens}",
-                    "data.source: unknown source 'tokens' (supported: arithmetic; token files "
-                    "are not supported yet)"},
+                    "data.source: unknown source 'tokens' (one of arithmetic, token_files)"},
+        ResolveCase{"data: {source: token_files}",
+                    "data.token_files: must name .bin shards (a glob) when data.source is "
+                    "token_files"},
+        ResolveCase{"data: {token_files: 'a/*.bin'}",
+                    "data.token_files: is set but data.source is 'arithmetic' (set data.source: "
+                    "token_files)"},
+        ResolveCase{"eval: {every_steps: 0}", "eval.every_steps: must be at least 1, got 0"},
+        ResolveCase{"eval: {batches: 0}", "eval.batches: must be at least 1, got 0"},
+        ResolveCase{"training: {freeze_layers: [0, 4]}",
+                    "training.freeze_layers[1]: layer 4 is not in [0, model.layers 4)"},
+        ResolveCase{"training: {freeze_layers: [1, 1]}",
+                    "training.freeze_layers[1]: layer 1 is listed twice"},
+        ResolveCase{"training: {freeze_layers: 1}",
+                    "training.freeze_layers: expected a list of integers, got '1'"},
+        ResolveCase{"training: {freeze_layers: [a]}",
+                    "training.freeze_layers[0]: expected a 32-bit integer, got 'a'"},
+        ResolveCase{"training: {activation_checkpointing: some}",
+                    "training.activation_checkpointing: unknown activation_checkpointing mode "
+                    "'some' (one of none, mlp, full)"},
         ResolveCase{"data: {max_stride: 0}", "data.max_stride: must be at least 1, got 0"},
         ResolveCase{"data: {max_stride: 96}", "data.max_stride: must be at most 95, got 96"},
         ResolveCase{"training: {steps: 0}", "training.steps: must be at least 1, got 0"},
@@ -518,6 +542,50 @@ TEST(SpecYamlTest, ResolvedSpecRoundTrips) {
   absl::StatusOr<v1::JobSpec> back = ParseJobSpecYaml(yaml);
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
   EXPECT_TRUE(MessageDifferencer::Equals(*back, spec)) << yaml;
+}
+
+TEST(SpecExamplesTest, TokensCpuTrainsOnTokenFiles) {
+  const v1::JobSpec spec = MustLoad(ReadExample("tokens-cpu.yaml"));
+  EXPECT_EQ(spec.data().source(), "token_files");
+  EXPECT_EQ(spec.eval().every_steps(), 25);
+  EXPECT_EQ(spec.model().vocab_size(), 256);
+  EXPECT_EQ(spec.training().freeze_layers_size(), 0);
+  ExpectAllSet(spec, "");
+}
+
+TEST(SpecIssue10Test, NewFieldsParseResolveAndRoundTrip) {
+  const v1::JobSpec spec = MustLoad(
+      "model: {init_from: /w/gpt2.safetensors}\n"
+      "data: {source: token_files, token_files: 'data/train_*.bin'}\n"
+      "eval: {token_files: data/val.bin, every_steps: 10, batches: 2}\n"
+      "training: {freeze_layers: [0, 1], freeze_embeddings: true,"
+      " activation_checkpointing: full}\n");
+  EXPECT_EQ(spec.model().init_from(), "/w/gpt2.safetensors");
+  EXPECT_EQ(spec.data().token_files(), "data/train_*.bin");
+  EXPECT_EQ(spec.eval().every_steps(), 10);
+  EXPECT_EQ(spec.eval().batches(), 2);
+  ASSERT_EQ(spec.training().freeze_layers_size(), 2);
+  EXPECT_EQ(spec.training().freeze_layers(1), 1);
+  EXPECT_TRUE(spec.training().freeze_embeddings());
+  EXPECT_EQ(spec.training().activation_checkpointing(), "full");
+  const std::string yaml = JobSpecToYaml(spec);
+  EXPECT_NE(yaml.find("freeze_layers: [0, 1]"), std::string::npos) << yaml;
+  absl::StatusOr<v1::JobSpec> back = ParseJobSpecYaml(yaml);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString());
+
+  // Defaults: evaluation off, nothing frozen, no recompute.
+  const v1::JobSpec defaults = MustLoad("{}");
+  EXPECT_EQ(defaults.eval().token_files(), "");
+  EXPECT_EQ(defaults.training().freeze_layers_size(), 0);
+  EXPECT_EQ(defaults.training().activation_checkpointing(), "none");
+  EXPECT_EQ(defaults.model().init_from(), "");
+
+  // An override replaces the list.
+  const v1::JobSpec overridden =
+      MustLoad("training: {freeze_layers: [0, 1]}", {"training.freeze_layers=[3]"});
+  ASSERT_EQ(overridden.training().freeze_layers_size(), 1);
+  EXPECT_EQ(overridden.training().freeze_layers(0), 3);
 }
 
 TEST(SpecYamlTest, UnresolvedSpecEmitsOnlyWhatIsSet) {

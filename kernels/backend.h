@@ -98,7 +98,8 @@ class Backend {
   // Given dout[N,OC]: if pre_gelu is non-null, dout is first multiplied by gelu'(pre_gelu)
   // (in place: dout is overwritten with the pre-activation gradient). Then
   // dinp = dout·weight (=, skipped when dinp is null), dweight += doutᵀ·inp,
-  // dbias += Σ_rows dout (skipped when dbias is null).
+  // dbias += Σ_rows dout (skipped when dbias is null); dweight is skipped when null (a
+  // frozen weight: no gradient computed).
   virtual void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                               const void* pre_gelu, const void* inp, const void* weight,
                               int N, int C, int OC) = 0;

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->required();
   app.add_option("--db", options.db_path, "SQLite database file (created if missing)")->required();
+  app.add_option("--weights-dir", options.weights_dir,
+                 "where finished jobs' trained weights are stored (default: DB.weights)");
   app.add_option("--metrics-listen", options.metrics_listen,
                  "Prometheus endpoint HOST:PORT (/metrics); none when not given");
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,

@@ -10,6 +10,7 @@ namespace {
 constexpr const char* kMethods[] = {
     "SubmitJob",      "GetJob",    "ListJobs",    "CancelJob",  "WatchJob",    "GetJobLogs",
     "RegisterWorker", "Heartbeat", "ReportSteps", "ReportExit", "ListWorkers",
+    "UploadWeights",  "ExportWeights",
 };
 
 // Unary RPCs take well under a second; WatchJob streams last as long as a job, hence the tail.

@@ -80,9 +80,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     s->metrics_address_ = absl::StrCat(metrics_host, ":", ports.front());
   }
 
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get());
-  s->worker_service_ =
-      std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get());
+  WeightsStoreOptions wopts;
+  wopts.dir = options.weights_dir.empty() ? options.db_path + ".weights" : options.weights_dir;
+  auto weights = WeightsStore::Open(wopts);
+  if (!weights.ok()) return weights.status();
+  s->weights_ = *std::move(weights);
+
+  s->job_service_ =
+      std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get(), s->weights_.get());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get(),
+                                                           s->weights_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

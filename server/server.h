@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
+#include "server/weights_store.h"
 
 namespace prometheus {
 class Exposer;
@@ -30,6 +31,9 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7070";
   // SQLite file, created if missing.
   std::string db_path;
+  // Where finished jobs' trained weights are kept (server/weights_store.h); empty:
+  // db_path + ".weights".
+  std::string weights_dir;
   // Prometheus endpoint ("/metrics"), "HOST:PORT"; empty: none. Port 0 picks a free port.
   std::string metrics_listen;
   // See CoordinatorOptions.
@@ -71,6 +75,7 @@ class CoordinatorServer {
 
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<WeightsStore> weights_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -15,13 +15,15 @@
 #include "boulder/v1/worker.grpc.pb.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
+#include "server/weights_store.h"
 
 namespace boulder::server {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  JobServiceImpl(Coordinator* coordinator, ServerMetrics* metrics)
-      : coordinator_(coordinator), metrics_(metrics) {}
+  // `weights` is not owned; it may be null (ExportWeights is then UNIMPLEMENTED).
+  JobServiceImpl(Coordinator* coordinator, ServerMetrics* metrics, WeightsStore* weights = nullptr)
+      : coordinator_(coordinator), metrics_(metrics), weights_(weights) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -39,16 +41,21 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJobLogs(grpc::CallbackServerContext* context,
                                        const v1::GetJobLogsRequest* request,
                                        v1::GetJobLogsResponse* response) override;
+  grpc::ServerUnaryReactor* ExportWeights(grpc::CallbackServerContext* context,
+                                          const v1::ExportWeightsRequest* request,
+                                          v1::ExportWeightsResponse* response) override;
 
  private:
   Coordinator* const coordinator_;
   ServerMetrics* const metrics_;
+  WeightsStore* const weights_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  WorkerServiceImpl(Coordinator* coordinator, ServerMetrics* metrics)
-      : coordinator_(coordinator), metrics_(metrics) {}
+  WorkerServiceImpl(Coordinator* coordinator, ServerMetrics* metrics,
+                    WeightsStore* weights = nullptr)
+      : coordinator_(coordinator), metrics_(metrics), weights_(weights) {}
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -65,10 +72,14 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
                                         const v1::ListWorkersRequest* request,
                                         v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* UploadWeights(grpc::CallbackServerContext* context,
+                                          const v1::UploadWeightsRequest* request,
+                                          v1::UploadWeightsResponse* response) override;
 
  private:
   Coordinator* const coordinator_;
   ServerMetrics* const metrics_;
+  WeightsStore* const weights_;
 };
 
 }  // namespace boulder::server

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The worker: the boulder-worker agent and the boulder-trainer it spawns (it looks for the
-# trainer in its own directory). /metrics on 9465; no gRPC server of its own.
+# trainer in its own directory), and boulder-tokens to make token shards where the data is.
+# /metrics on 9465; no gRPC server of its own.
 # Build from the repository root:
 #   docker build -f deploy/docker/worker.Dockerfile -t boulder-worker:0.1.0 .
 #   (--build-arg CUDA_ARCHITECTURES="90a-real" builds for Hopper only, faster)
@@ -39,8 +40,9 @@ COPY deploy/docker/runtime-deps.sh /usr/local/bin/runtime-deps.sh
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOULDER_CUDA=ON \
       "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
       "-DBOULDER_SUBDIRS=common;kernels;worker/engine;worker/agent;server;client" \
- && cmake --build build --target boulder-worker boulder-trainer \
- && runtime-deps.sh build/bin/boulder-worker build/bin/boulder-trainer > /runtime-packages.txt
+ && cmake --build build --target boulder-worker boulder-trainer boulder-tokens \
+ && runtime-deps.sh build/bin/boulder-worker build/bin/boulder-trainer build/bin/boulder-tokens \
+      > /runtime-packages.txt
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -59,7 +61,8 @@ RUN apt-get update \
  && useradd --system --uid 10001 --gid boulder --home-dir /var/lib/boulder --create-home \
       --shell /usr/sbin/nologin boulder \
  && install -d -o 10001 -g 10001 /var/lib/boulder/work
-COPY --from=build /src/build/bin/boulder-worker /src/build/bin/boulder-trainer /usr/local/bin/
+COPY --from=build /src/build/bin/boulder-worker /src/build/bin/boulder-trainer \
+     /src/build/bin/boulder-tokens /usr/local/bin/
 USER 10001:10001
 WORKDIR /var/lib/boulder
 EXPOSE 9465

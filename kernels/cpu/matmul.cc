@@ -100,7 +100,9 @@ void MatmulBackward(int threads, S* dinp, S* dweight, S* dbias, S* dout, const S
   if (dinp != nullptr) {
     Gemm(threads, false, false, N, C, OC, S{1}, dout, OC, weight, C, S{0}, dinp, C);
   }
-  Gemm(threads, true, false, OC, C, N, S{1}, dout, OC, inp, C, S{1}, dweight, C);
+  if (dweight != nullptr) {
+    Gemm(threads, true, false, OC, C, N, S{1}, dout, OC, inp, C, S{1}, dweight, C);
+  }
 }
 
 template void MatmulForward<float>(int, float*, float*, const float*, const float*, const float*,

@@ -270,6 +270,7 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     s.ldd = C;
     Check(matmul_->Run(s, weight, dy, dinp, nullptr, nullptr, stream_));
   }
+  if (dweight == nullptr) return;  // a frozen weight
   GemmShape s;  // dW[OC,C] += dout[N,OC]ᵀ · inp[N,C]
   s.trans_b = true;
   s.m = C;

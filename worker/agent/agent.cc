@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -378,7 +379,7 @@ void Agent::ReportLoop() {
 void Agent::ReportAttempt(const std::shared_ptr<Attempt>& attempt) {
   // Read first: once the attempt has exited, everything its trainer wrote is in the buffer.
   const bool exited = attempt->exited();
-  if (!Flush(*attempt) || !exited || !SendExit(*attempt)) return;
+  if (!Flush(*attempt) || !exited || !UploadWeights(*attempt) || !SendExit(*attempt)) return;
   const Key key{attempt->job_id(), attempt->attempt()};
   std::lock_guard<std::mutex> lock(mu_);
   attempts_.erase(key);
@@ -419,6 +420,57 @@ bool Agent::Flush(Attempt& attempt) {
                      "); dropping them"));
   }
   return attempt.buffer().empty();
+}
+
+bool Agent::UploadWeights(Attempt& attempt) {
+  if (attempt.weights_done) return true;
+  const v1::ReportExitRequest exit = attempt.ExitReport();
+  const std::string path = absl::StrCat(attempt.dir(), "/", kWeightsFile);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (attempt.rank() != 0 || exit.exit_code() != 0 || exit.cancelled() || !in) {
+    attempt.weights_done = true;
+    return true;
+  }
+  const int64_t total = static_cast<int64_t>(in.tellg());
+  in.seekg(0);
+  constexpr int64_t kChunk = 1 << 20;
+  int64_t offset = 0;
+  do {  // an empty file still sends one (last) chunk
+    v1::UploadWeightsRequest request;
+    request.set_worker_id(worker_id());
+    request.set_job_id(attempt.job_id());
+    request.set_attempt(attempt.attempt());
+    request.set_format("safetensors");
+    request.set_total_bytes(total);
+    request.set_offset(offset);
+    std::string* data = request.mutable_data();
+    data->resize(static_cast<size_t>(std::min(kChunk, total - offset)));
+    if (!in.read(data->data(), static_cast<std::streamsize>(data->size()))) {
+      Log(absl::StrCat(attempt.label(), ": cannot read ", path, "; not uploading the weights"));
+      attempt.weights_done = true;
+      return true;
+    }
+    request.set_last(offset + static_cast<int64_t>(data->size()) == total);
+    v1::UploadWeightsResponse response;
+    const grpc::Status status = ReporterRpc([&](grpc::ClientContext* context) {
+      return stub_->UploadWeights(context, request, &response);
+    });
+    if (!status.ok()) {
+      if (!IsPermanent(status.error_code())) {
+        NoteCoordinatorDown("UploadWeights", status);
+        return false;  // retried from the start on the next pass
+      }
+      Log(absl::StrCat(attempt.label(), ": the coordinator refused the weights (", Describe(status),
+                       "); the job will have none to export"));
+      attempt.weights_done = true;
+      return true;
+    }
+    offset += static_cast<int64_t>(data->size());
+  } while (offset < total);
+  NoteCoordinatorUp();
+  Log(absl::StrCat(attempt.label(), ": uploaded the weights (", total, " bytes)"));
+  attempt.weights_done = true;
+  return true;
 }
 
 bool Agent::SendExit(Attempt& attempt) {

@@ -132,6 +132,8 @@ class Agent {
   void ReportAttempt(const std::shared_ptr<Attempt>& attempt);
   bool Flush(Attempt& attempt);     // true: nothing left to send
   bool SendExit(Attempt& attempt);  // true: done with this exit (acknowledged or rejected)
+  // Rank 0's weights after a clean exit; true: done (uploaded, none, or refused for good).
+  bool UploadWeights(Attempt& attempt);
   void WakeReporter();
 
   // One RPC from the heartbeat thread, cancelled by Shutdown once the trainers have stopped.

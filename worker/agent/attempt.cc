@@ -45,8 +45,14 @@ std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std
                                    "--attempt",    absl::StrCat(assignment.attempt()),
                                    "--rank",       absl::StrCat(assignment.rank()),
                                    "--world-size", absl::StrCat(assignment.world_size()),
-                                   "--threads",    absl::StrCat(threads),
-                                   "--quiet"};
+                                   "--threads",    absl::StrCat(threads)};
+  // Rank 0 writes the trained weights into its attempt directory (the trainer's cwd); the
+  // agent uploads them to the coordinator before reporting the exit.
+  if (assignment.rank() == 0) {
+    args.push_back("--weights-out");
+    args.push_back(kWeightsFile);
+  }
+  args.push_back("--quiet");
   if (!backend.empty()) {
     args.push_back("--backend");
     args.push_back(backend);

@@ -48,6 +48,9 @@ struct AttemptOptions {
   std::function<void()> on_exit;
 };
 
+// The file, in the attempt's directory, where rank 0's trainer writes the trained weights.
+inline constexpr char kWeightsFile[] = "weights.safetensors";
+
 // The trainer's command line after argv[0].
 // `backend` ("cpu" or "cuda") pins the trainer to the backend this worker registered with, so
 // a worker started with --backend cpu on a GPU host trains on the CPU; empty: the spec decides.
@@ -83,6 +86,10 @@ class Attempt {
   int32_t attempt() const { return assignment_.attempt(); }
   int32_t rank() const { return assignment_.rank(); }
   const std::string& label() const { return label_; }  // "job 7 attempt 1 rank 0"
+  const std::string& dir() const { return options_.dir; }
+  // The agent's reporter thread's bookkeeping: the weights were uploaded (or there are none
+  // to upload). Only that thread touches it.
+  bool weights_done = false;
   v1::RunningTrainer running() const;
   ReportBuffer& buffer() { return buffer_; }
   pid_t pid() const;  // 0 before launch or when the spawn failed

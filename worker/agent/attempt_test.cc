@@ -24,7 +24,11 @@ TEST(TrainerArgsTest, PinsTheWorkersBackend) {
   EXPECT_THAT(TrainerArgs(MakeAssignment(), "/w/spec.json", 2, "cpu"),
               ElementsAre("--spec", "/w/spec.json", "--report-fd", "3", "--job-id", "7",
                           "--attempt", "2", "--rank", "0", "--world-size", "1", "--threads", "2",
-                          "--quiet", "--backend", "cpu"));
+                          "--weights-out", "weights.safetensors", "--quiet", "--backend", "cpu"));
+  v1::Assignment rank1 = MakeAssignment();
+  rank1.set_rank(1);
+  EXPECT_THAT(TrainerArgs(rank1, "/w/spec.json", 2),
+              ::testing::Not(::testing::Contains("--weights-out")));
 }
 
 TEST(TrainerArgsTest, LeavesTheBackendToTheSpecWhenUnset) {

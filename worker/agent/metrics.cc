@@ -177,6 +177,10 @@ AgentMetrics::AgentMetrics()
                .Help("Model FLOP utilisation of the last optimizer step: tokens/s x model "
                      "FLOPs per token / the device's peak FLOP/s (cpu: an estimate)")
                .Register(*registry_)),
+      val_loss_(BuildGauge()
+                    .Name("boulder_trainer_validation_loss")
+                    .Help("Mean loss on the eval token files at the last evaluation")
+                    .Register(*registry_)),
       fp8_scale_(BuildGauge()
                      .Name("boulder_trainer_fp8_scale")
                      .Help("FP8 scaling factor of a tensor after the last step's update")
@@ -278,6 +282,12 @@ void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport
       s.mfu = &mfu_.Add({{"job_id", absl::StrCat(job_id)}, {"rank", absl::StrCat(rank)}});
     }
     s.mfu->Set(step.tokens_per_second() * mfu.model_flops_per_token / mfu.peak_flops);
+  }
+  if (step.has_val_loss()) {
+    if (s.val_loss == nullptr) {
+      s.val_loss = &val_loss_.Add({{"job_id", absl::StrCat(job_id)}, {"rank", absl::StrCat(rank)}});
+    }
+    s.val_loss->Set(step.val_loss());
   }
   RecordFp8Locked(job_id, rank, s, step);
   if (step.step_time_seconds() > 0) s.step_duration->Observe(step.step_time_seconds());

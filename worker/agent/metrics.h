@@ -110,6 +110,7 @@ class AgentMetrics {
     prometheus::Gauge* memory_reserved;
     prometheus::Gauge* device_memory_total;
     prometheus::Gauge* mfu = nullptr;  // created at the first report with MfuInputs
+    prometheus::Gauge* val_loss = nullptr;  // created at the first report with a val_loss
     int64_t last_tokens_processed = 0;
     // By (layer, tensor, role).
     std::map<std::tuple<int32_t, std::string, std::string>, Fp8Series> fp8;
@@ -131,6 +132,7 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& memory_reserved_;
   prometheus::Family<prometheus::Gauge>& device_memory_total_;
   prometheus::Family<prometheus::Gauge>& mfu_;
+  prometheus::Family<prometheus::Gauge>& val_loss_;
   prometheus::Family<prometheus::Gauge>& fp8_scale_;
   prometheus::Family<prometheus::Gauge>& fp8_amax_;
   prometheus::Family<prometheus::Gauge>& fp8_saturated_;

@@ -51,6 +51,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(kernels::Backend* backend,
     return absl::InvalidArgumentError(absl::StrCat("training.seq_len: ", options.seq_len,
                                                    " is not in [1, context ", c.context, "]"));
   }
+  for (int layer : options.freeze_layers) {
+    if (layer < 0 || layer >= c.layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training.freeze_layers: layer ", layer, " is not in [0, ", c.layers, ")"));
+    }
+  }
   if (options.grad_accum_steps <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.grad_accum_steps: must be positive, got ", options.grad_accum_steps));
@@ -67,6 +73,32 @@ absl::Status Model::Allocate() {
   state_elem_ = kernels::DTypeSize(backend_->state_dtype());
   const size_t n = layout_.num_params();
 
+  // Trainable tensors, merged into runs where they are adjacent in the layout.
+  std::vector<bool> frozen_layer(c.layers, false);
+  for (int layer : options_.freeze_layers) frozen_layer[layer] = true;
+  num_trainable_ = 0;
+  runs_.clear();
+  for (const TensorInfo& t : layout_.tensors()) {
+    const bool embedding = t.kind == TensorKind::kWte || t.kind == TensorKind::kWpe;
+    const bool frozen =
+        (t.layer >= 0 && frozen_layer[t.layer]) || (embedding && options_.freeze_embeddings);
+    if (frozen) continue;
+    if (!runs_.empty() && runs_.back().param_offset + runs_.back().numel == t.offset) {
+      runs_.back().numel += t.numel;
+    } else {
+      runs_.push_back(TrainableRun{t.offset, num_trainable_, t.numel});
+    }
+    num_trainable_ += t.numel;
+  }
+  // With the embeddings frozen, no gradient needs to flow below the lowest trainable layer.
+  lowest_backward_layer_ = 0;
+  if (options_.freeze_embeddings) {
+    while (lowest_backward_layer_ < c.layers && frozen_layer[lowest_backward_layer_]) {
+      ++lowest_backward_layer_;
+    }
+  }
+  const size_t nt = num_trainable_;
+
   auto alloc = [this](size_t bytes, auto** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
@@ -75,25 +107,23 @@ absl::Status Model::Allocate() {
     return absl::OkStatus();
   };
   absl::Status s = alloc(n * elem_, &params_);
-  if (s.ok()) s = alloc(n * elem_, &grads_);
-  if (s.ok()) s = alloc(n * state_elem_, &m_);
-  if (s.ok()) s = alloc(n * state_elem_, &v_);
-  if (s.ok()) s = alloc(n, &decay_mask_);
+  if (s.ok()) s = alloc(nt * elem_, &grads_);
+  if (s.ok()) s = alloc(nt * state_elem_, &m_);
+  if (s.ok()) s = alloc(nt * state_elem_, &v_);
+  if (s.ok()) s = alloc(nt, &decay_mask_);
   if (s.ok() && backend_->state_dtype() != backend_->compute_dtype()) {
-    s = alloc(n * state_elem_, &master_);
+    s = alloc(nt * state_elem_, &master_);
   }
   if (!s.ok()) return s;
 
-  const std::vector<float> init = layout_.InitialValues(options_.seed);
-  backend_->CopyFromHostF32(params_, backend_->compute_dtype(), init.data(), n);
-  if (master_ != nullptr) {
-    backend_->CopyFromHostF32(master_, backend_->state_dtype(), init.data(), n);
-  }
-  backend_->Memset0(grads_, n * elem_);
-  backend_->Memset0(m_, n * state_elem_);
-  backend_->Memset0(v_, n * state_elem_);
+  if (s = SetParameters(layout_.InitialValues(options_.seed)); !s.ok()) return s;
+  backend_->Memset0(grads_, nt * elem_);
+  backend_->Memset0(m_, nt * state_elem_);
+  backend_->Memset0(v_, nt * state_elem_);
   const std::vector<uint8_t> mask = layout_.DecayMask();
-  backend_->CopyFromHost(decay_mask_, mask.data(), n);
+  for (const TrainableRun& r : runs_) {
+    backend_->CopyFromHost(decay_mask_ + r.grad_offset, mask.data() + r.param_offset, r.numel);
+  }
 
   // The arena: two passes over the same carving, the first to size it.
   rows_ = std::max(options_.batch_size * options_.seq_len, c.context);
@@ -111,7 +141,10 @@ absl::Status Model::Allocate() {
     act_.targets = static_cast<int32_t*>(take(R * sizeof(int32_t)));
     act_.encoded = take(R * C * elem_);
     act_.layers.resize(c.layers);
-    for (LayerActs& la : act_.layers) {
+    // Activation checkpointing: what is recomputed is carved once and shared by all layers.
+    const Recompute mode = options_.recompute;
+    LayerActs shared{};
+    auto carve_inner = [&](LayerActs& la) {
       la.ln1 = take(R * C * elem_);
       la.ln1_mean = static_cast<float*>(take(R * sizeof(float)));
       la.ln1_rstd = static_cast<float*>(take(R * sizeof(float)));
@@ -122,8 +155,25 @@ absl::Status Model::Allocate() {
       la.ln2 = take(R * C * elem_);
       la.ln2_mean = static_cast<float*>(take(R * sizeof(float)));
       la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
-      la.fc_pre = take(R * F * elem_);
-      la.fc_gelu = take(R * F * elem_);
+    };
+    if (mode == Recompute::kFull) carve_inner(shared);
+    if (mode != Recompute::kNone) {
+      shared.fc_pre = take(R * F * elem_);
+      shared.fc_gelu = take(R * F * elem_);
+    }
+    for (LayerActs& la : act_.layers) {
+      if (mode == Recompute::kFull) {
+        la = shared;
+      } else {
+        carve_inner(la);
+      }
+      if (mode == Recompute::kNone) {
+        la.fc_pre = take(R * F * elem_);
+        la.fc_gelu = take(R * F * elem_);
+      } else {
+        la.fc_pre = shared.fc_pre;
+        la.fc_gelu = shared.fc_gelu;
+      }
       la.residual3 = take(R * C * elem_);
     }
     act_.lnf = take(R * C * elem_);
@@ -138,6 +188,7 @@ absl::Status Model::Allocate() {
     act_.dqkv = take(R * 3 * C * elem_);
     act_.dfc = take(R * F * elem_);
     act_.norm_sq = static_cast<float*>(take(sizeof(float)));
+    act_.frozen_ln_grad = take(2 * C * elem_);
   };
   carve();
   arena_bytes_ = used;
@@ -147,8 +198,40 @@ absl::Status Model::Allocate() {
 }
 
 size_t Model::total_bytes() const {
+  const size_t n = layout_.num_params(), nt = num_trainable_;
+  return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + nt +
+         arena_bytes_;
+}
+
+absl::StatusOr<std::vector<float>> Model::GetParameters() {
   const size_t n = layout_.num_params();
-  return 2 * n * elem_ + (master_ != nullptr ? 3 : 2) * n * state_elem_ + n + arena_bytes_;
+  std::vector<float> out(n);
+  backend_->CopyToHostF32(out.data(), params_, backend_->compute_dtype(), n);
+  if (master_ != nullptr) {
+    for (const TrainableRun& r : runs_) {
+      backend_->CopyToHostF32(out.data() + r.param_offset,
+                              Advance(master_, r.grad_offset * state_elem_),
+                              backend_->state_dtype(), r.numel);
+    }
+  }
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  return out;
+}
+
+absl::Status Model::SetParameters(const std::vector<float>& values) {
+  const size_t n = layout_.num_params();
+  if (values.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters: got ", values.size(), " values for ", n, " parameters"));
+  }
+  backend_->CopyFromHostF32(params_, backend_->compute_dtype(), values.data(), n);
+  if (master_ != nullptr) {
+    for (const TrainableRun& r : runs_) {
+      backend_->CopyFromHostF32(Advance(master_, r.grad_offset * state_elem_),
+                                backend_->state_dtype(), values.data() + r.param_offset, r.numel);
+    }
+  }
+  return backend_->Synchronize();
 }
 
 void* Model::P(TensorKind kind, int layer) const {
@@ -156,7 +239,17 @@ void* Model::P(TensorKind kind, int layer) const {
 }
 
 void* Model::G(TensorKind kind, int layer) const {
-  return Advance(grads_, layout_.Offset(kind, layer) * elem_);
+  const size_t offset = layout_.Offset(kind, layer);
+  for (const TrainableRun& r : runs_) {
+    if (offset >= r.param_offset && offset < r.param_offset + r.numel) {
+      return Advance(grads_, (r.grad_offset + offset - r.param_offset) * elem_);
+    }
+  }
+  return nullptr;  // frozen
+}
+
+void* Model::HeadGrad() const {
+  return G(layout_.Has(TensorKind::kLmHead) ? TensorKind::kLmHead : TensorKind::kWte);
 }
 
 void* Model::HeadWeight(void* base) const {
@@ -267,22 +360,36 @@ absl::Status Model::Backward() {
   // LayerNormBackward accumulates into the residual stream's gradient, so it starts at 0;
   // every other activation gradient is written with '='.
   be.Memset0(act_.dresidual, static_cast<size_t>(N) * C * elem_);
-  be.MatmulBackward(act_.dln, HeadWeight(grads_), nullptr, act_.logits, nullptr, act_.lnf,
+  be.MatmulBackward(act_.dln, HeadGrad(), nullptr, act_.logits, nullptr, act_.lnf,
                     HeadWeight(params_), N, C, c.padded_vocab_size);
+  // A frozen LayerNorm's weight and bias gradients go to scratch and are dropped.
+  void* const frozen_dw = act_.frozen_ln_grad;
+  void* const frozen_db = Advance(act_.frozen_ln_grad, static_cast<size_t>(C) * elem_);
+  auto ln_grad = [&](TensorKind weight, TensorKind bias, int l, void** dw, void** db) {
+    *dw = G(weight, l);
+    *db = G(bias, l);
+    if (*dw == nullptr) *dw = frozen_dw;
+    if (*db == nullptr) *db = frozen_db;
+  };
+  be.Memset0(act_.frozen_ln_grad, 2 * static_cast<size_t>(C) * elem_);
+  void* dw = nullptr;
+  void* db = nullptr;
   const void* last = c.layers > 0 ? act_.layers.back().residual3 : act_.encoded;
   be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
                        last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
-  for (int l = c.layers - 1; l >= 0; --l) {
+  for (int l = c.layers - 1; l >= lowest_backward_layer_; --l) {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
+    // The shared buffers still hold the last layer's activations from the forward.
+    if (options_.recompute != Recompute::kNone && l != c.layers - 1) RecomputeLayer(l);
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
     be.MatmulBackward(act_.dfc, G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
                       act_.dresidual, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
     be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), G(TensorKind::kFc1Bias, l), act_.dfc,
                       la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l), N, C, F);
-    be.LayerNormBackward(act_.dresidual, G(TensorKind::kLn2Weight, l), G(TensorKind::kLn2Bias, l),
-                         act_.dln, la.residual2, P(TensorKind::kLn2Weight, l), la.ln2_mean,
-                         la.ln2_rstd, N, C);
+    ln_grad(TensorKind::kLn2Weight, TensorKind::kLn2Bias, l, &dw, &db);
+    be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, la.residual2,
+                         P(TensorKind::kLn2Weight, l), la.ln2_mean, la.ln2_rstd, N, C);
     // Attention block.
     be.MatmulBackward(act_.datty, G(TensorKind::kAttnProjWeight, l),
                       G(TensorKind::kAttnProjBias, l), act_.dresidual, nullptr, la.atty,
@@ -290,19 +397,43 @@ absl::Status Model::Backward() {
     be.AttentionBackward(act_.dqkv, act_.datty, la.qkv, la.atty, la.att_stats, B, T, C, NH);
     be.MatmulBackward(act_.dln, G(TensorKind::kQkvWeight, l), G(TensorKind::kQkvBias, l), act_.dqkv,
                       nullptr, la.ln1, P(TensorKind::kQkvWeight, l), N, C, 3 * C);
-    be.LayerNormBackward(act_.dresidual, G(TensorKind::kLn1Weight, l), G(TensorKind::kLn1Bias, l),
-                         act_.dln, residual_in, P(TensorKind::kLn1Weight, l), la.ln1_mean,
-                         la.ln1_rstd, N, C);
+    ln_grad(TensorKind::kLn1Weight, TensorKind::kLn1Bias, l, &dw, &db);
+    be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, residual_in,
+                         P(TensorKind::kLn1Weight, l), la.ln1_mean, la.ln1_rstd, N, C);
   }
-  be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
-                     C);
+  if (!options_.freeze_embeddings) {
+    be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
+                       C);
+  }
   return be.Synchronize();
 }
 
-void Model::ZeroGrad() { backend_->Memset0(grads_, layout_.num_params() * elem_); }
+void Model::RecomputeLayer(int l) {
+  const ModelConfig& c = options_.config;
+  const int B = last_B_, T = last_T_, N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
+  kernels::Backend& be = *backend_;
+  LayerActs& la = act_.layers[l];
+  if (options_.recompute == Recompute::kFull) {
+    const void* residual = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
+    be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
+                        P(TensorKind::kLn1Bias, l), N, C);
+    be.MatmulForward(la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
+                     P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
+    be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
+    be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
+                     P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
+    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
+    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
+                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+  }
+  be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
+                   P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
+}
+
+void Model::ZeroGrad() { backend_->Memset0(grads_, num_trainable_ * elem_); }
 
 absl::StatusOr<float> Model::GradNorm() {
-  backend_->NormSquared(act_.norm_sq, grads_, layout_.num_params());
+  backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
@@ -311,10 +442,16 @@ absl::StatusOr<float> Model::GradNorm() {
 
 absl::StatusOr<float> Model::OptimizerStep(float lr, int t) {
   const AdamWConfig& a = options_.adamw;
-  const size_t n = layout_.num_params();
-  backend_->NormSquared(act_.norm_sq, grads_, n);
-  backend_->AdamW(params_, master_, grads_, m_, v_, decay_mask_, n, lr, a.beta1, a.beta2, a.eps,
-                  a.weight_decay, t, 1.0f, act_.norm_sq, a.grad_clip);
+  backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
+  // One AdamW per run of trainable tensors; the clip factor is read from the one norm.
+  for (const TrainableRun& r : runs_) {
+    const size_t g = r.grad_offset;
+    backend_->AdamW(Advance(params_, r.param_offset * elem_),
+                    master_ == nullptr ? nullptr : Advance(master_, g * state_elem_),
+                    Advance(grads_, g * elem_), Advance(m_, g * state_elem_),
+                    Advance(v_, g * state_elem_), decay_mask_ + g, r.numel, lr, a.beta1, a.beta2,
+                    a.eps, a.weight_decay, t, 1.0f, act_.norm_sq, a.grad_clip);
+  }
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,6 +40,16 @@ struct AdamWConfig {
   float grad_clip = 1.0f;     // global-norm clip; 0 disables
 };
 
+// What the backward recomputes instead of keeping from the forward (activation checkpointing):
+//   kNone  every layer keeps its activations;
+//   kMlp   the MLP's fc1 output and GELU (2 x [rows, F] per layer, the largest) are shared by
+//          all layers and recomputed from ln_2's output in the backward;
+//   kFull  a layer keeps only its output (the next layer's input); everything inside a layer
+//          is shared by all layers and recomputed from the layer's input in the backward.
+// The recomputation runs the same ops on the same inputs, so the loss and the gradients are
+// bit-identical to kNone's; the arena (activation_bytes()) shrinks.
+enum class Recompute { kNone, kMlp, kFull };
+
 struct ModelOptions {
   ModelConfig config;
   int batch_size = 1;        // B of a training micro-batch
@@ -46,6 +57,11 @@ struct ModelOptions {
   int grad_accum_steps = 1;  // micro-batches per optimizer step (scales the loss gradient)
   AdamWConfig adamw;
   uint64_t seed = 0;  // parameter init
+  // Frozen parameters get no gradient (the weight-gradient GEMMs are skipped), no gradient
+  // storage and no optimizer state; the optimizer leaves them bit-identical.
+  std::vector<int> freeze_layers;  // 0-based layers, each in [0, layers)
+  bool freeze_embeddings = false;  // wte and wpe (and the head when tied)
+  Recompute recompute = Recompute::kNone;
 };
 
 class Model {
@@ -94,17 +110,27 @@ class Model {
   const ModelOptions& options() const { return options_; }
   const ParamLayout& layout() const { return layout_; }
   size_t num_params() const { return layout_.num_params(); }
+  // Parameters that train (num_params() less the frozen ones): the length of grads() and of
+  // the optimizer state.
+  size_t num_trainable_params() const { return num_trainable_; }
+
+  // All parameters as FP32 in layout order (the FP32 master copy where one exists).
+  absl::StatusOr<std::vector<float>> GetParameters();
+  // Replaces every parameter (and its master copy). INVALID_ARGUMENT: wrong length.
+  absl::Status SetParameters(const std::vector<float>& values);
   size_t activation_bytes() const { return arena_bytes_; }
   // Every byte this model allocated (parameters, gradients, optimizer state, activations).
   size_t total_bytes() const;
 
-  // Device buffers of num_params() compute-dtype elements (params, grads), laid out by
-  // layout(), for tests, checkpoints and a future all-reduce. logits() is [rows, Vp]
+  // Device buffers of compute-dtype elements: params() holds num_params() laid out by
+  // layout(); grads() holds num_trainable_params(): the trainable tensors in layout order with
+  // the frozen ones left out (the same layout when nothing is frozen). logits() is [rows, Vp]
   // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
   void* params() const { return params_; }
   void* grads() const { return grads_; }
-  // Optimizer state, num_params() state-dtype elements each, for checkpoints: the AdamW
-  // moments, and the FP32 master weights (null when the compute dtype is the state dtype).
+  // Optimizer state, num_trainable_params() state-dtype elements each (the trainable tensors,
+  // as grads()), for checkpoints: the AdamW moments, and the FP32 master weights (null when
+  // the compute dtype is the state dtype).
   void* adam_m() const { return m_; }
   void* adam_v() const { return v_; }
   void* master() const { return master_; }
@@ -145,6 +171,13 @@ class Model {
     void* dqkv;       // [rows, 3C]
     void* dfc;        // [rows, F]
     float* norm_sq;   // scalar
+    void* frozen_ln_grad;  // [2C]: a frozen LayerNorm's discarded weight and bias gradients
+  };
+  // A maximal range of trainable tensors, contiguous in the layout.
+  struct TrainableRun {
+    size_t param_offset;
+    size_t grad_offset;  // into grads(), m, v, master
+    size_t numel;
   };
 
   Model(kernels::Backend* backend, const ModelOptions& options);
@@ -156,6 +189,9 @@ class Model {
   void* P(TensorKind kind, int layer = -1) const;
   void* G(TensorKind kind, int layer = -1) const;
   void* HeadWeight(void* base) const;
+  void* HeadGrad() const;
+  // The backward's recomputation of layer l's activations (activation checkpointing).
+  void RecomputeLayer(int l);
 
   kernels::Backend* backend_;
   ModelOptions options_;
@@ -172,6 +208,9 @@ class Model {
   void* v_ = nullptr;
   uint8_t* decay_mask_ = nullptr;
   size_t arena_bytes_ = 0;
+  std::vector<TrainableRun> runs_;
+  size_t num_trainable_ = 0;
+  int lowest_backward_layer_ = 0;  // layers below it need no backward at all
   Activations act_{};
   int last_B_ = 0;
   int last_T_ = 0;

@@ -29,9 +29,12 @@ std::string WithThousands(double value) {
 
 std::string FormatStepLine(const v1::StepReport& r) {
   const int width = std::max<int>(4, absl::StrCat(r.total_steps()).size());
-  return absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %s tok/s  %.1f ms", width,
-                         r.step(), r.total_steps(), r.loss(), r.lr(), r.grad_norm(),
-                         WithThousands(r.tokens_per_second()), r.step_time_seconds() * 1e3);
+  std::string line =
+      absl::StrFormat("step %*d/%d  loss %.4f  lr %.2e  norm %.3f  %s tok/s  %.1f ms", width,
+                      r.step(), r.total_steps(), r.loss(), r.lr(), r.grad_norm(),
+                      WithThousands(r.tokens_per_second()), r.step_time_seconds() * 1e3);
+  if (r.has_val_loss()) absl::StrAppend(&line, absl::StrFormat("  val_loss %.4f", r.val_loss()));
+  return line;
 }
 
 std::string FormatGeneration(const v1::GenerationResult& g, int vocab_size) {

@@ -15,8 +15,10 @@
 #include "worker/engine/data.h"
 #include "worker/engine/model.h"
 #include "worker/engine/param_layout.h"
+#include "worker/engine/safetensors.h"
 #include "worker/engine/schedule.h"
 #include "worker/engine/trainer_checkpoint.h"
+#include "worker/engine/token_files.h"
 
 namespace boulder::engine {
 namespace {
@@ -92,6 +94,20 @@ void SetNow(google::protobuf::Timestamp* ts) {
   ts->set_nanos(static_cast<int32_t>(nanos % 1000000000));
 }
 
+TokenDataOptions TokenOptions(const TrainerOptions& o, const std::string& glob,
+                              const std::string& field, bool shuffle) {
+  TokenDataOptions t;
+  t.glob = glob;
+  t.field = field;
+  t.vocab_size = o.spec.model().vocab_size();
+  t.seq_len = o.spec.training().seq_len();
+  t.rank = o.rank;
+  t.world_size = o.world_size;
+  t.seed = o.spec.training().seed();
+  t.shuffle = shuffle;
+  return t;
+}
+
 }  // namespace
 
 absl::Status RunTrainer(const TrainerOptions& o) {
@@ -106,8 +122,41 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   if (!config.ok()) return config.status();
   absl::StatusOr<ScheduleConfig> schedule = ScheduleFromSpec(tr);
   if (!schedule.ok()) return schedule.status();
-  absl::StatusOr<ArithmeticData> data = ArithmeticData::FromSpec(spec);
-  if (!data.ok()) return data.status();
+  // The data is opened (and token files validated) before anything else is allocated.
+  std::unique_ptr<ArithmeticData> arithmetic;
+  std::unique_ptr<TokenData> tokens;
+  if (spec.data().source() == "token_files") {
+    absl::StatusOr<std::unique_ptr<TokenData>> t =
+        TokenData::Open(TokenOptions(o, spec.data().token_files(), "data.token_files", true));
+    if (!t.ok()) return t.status();
+    tokens = std::move(*t);
+    Info(o, absl::StrCat("data: ", tokens->num_tokens(), " tokens in ", tokens->num_files(),
+                         " files; ", tokens->num_windows(), " windows of ", tr.seq_len() + 1,
+                         " tokens for rank ", o.rank));
+  } else {
+    absl::StatusOr<ArithmeticData> data = ArithmeticData::FromSpec(spec);
+    if (!data.ok()) return data.status();
+    arithmetic = std::make_unique<ArithmeticData>(*data);
+  }
+  std::unique_ptr<TokenData> eval;
+  if (!spec.eval().token_files().empty()) {
+    absl::StatusOr<std::unique_ptr<TokenData>> e =
+        TokenData::Open(TokenOptions(o, spec.eval().token_files(), "eval.token_files", false));
+    if (!e.ok()) return e.status();
+    eval = std::move(*e);
+    Info(o, absl::StrCat("eval: ", eval->num_tokens(), " tokens; ", spec.eval().batches(),
+                         " batches every ", spec.eval().every_steps(), " steps"));
+  }
+  const std::string& mode = tr.activation_checkpointing();
+  Recompute recompute = Recompute::kNone;
+  if (mode == "mlp") {
+    recompute = Recompute::kMlp;
+  } else if (mode == "full") {
+    recompute = Recompute::kFull;
+  } else if (!mode.empty() && mode != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("training.activation_checkpointing: unknown '",
+                                                   mode, "' (none, mlp or full)"));
+  }
   if (tr.log_every_steps() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.log_every_steps: must be positive, got ", tr.log_every_steps()));
@@ -132,9 +181,27 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.adamw.weight_decay = static_cast<float>(tr.weight_decay());
   mo.adamw.grad_clip = static_cast<float>(tr.grad_clip());
   mo.seed = tr.seed();
+  mo.freeze_layers.assign(tr.freeze_layers().begin(), tr.freeze_layers().end());
+  mo.freeze_embeddings = tr.freeze_embeddings();
+  mo.recompute = recompute;
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
   Model& model = **model_or;
+  if (!spec.model().init_from().empty()) {
+    absl::StatusOr<std::vector<float>> weights =
+        LoadGpt2Safetensors(spec.model().init_from(), model.layout());
+    if (!weights.ok()) {
+      return absl::Status(weights.status().code(),
+                          absl::StrCat("model.init_from: ", weights.status().message()));
+    }
+    if (absl::Status s = model.SetParameters(*weights); !s.ok()) return s;
+    Info(o, absl::StrCat("weights: loaded from ", spec.model().init_from()));
+  }
+  if (model.num_trainable_params() != model.num_params()) {
+    Info(o, absl::StrFormat("frozen: %.2fM of %.2fM parameters (no gradients, no optimizer state)",
+                            (model.num_params() - model.num_trainable_params()) / 1e6,
+                            model.num_params() / 1e6));
+  }
 
   const ModelConfig& c = *config;
   Info(o, absl::StrFormat(
@@ -149,6 +216,38 @@ absl::Status RunTrainer(const TrainerOptions& o) {
 
   const int B = tr.batch_size(), T = tr.seq_len(), accum = tr.grad_accum_steps();
   const int64_t total = tr.steps();
+  // Mean loss over eval.batches micro-batches of the eval files, read in order.
+  auto evaluate_loss = [&]() -> absl::StatusOr<double> {
+    double sum = 0.0;
+    for (int i = 0; i < spec.eval().batches(); ++i) {
+      if (Stopped(o)) return absl::CancelledError("stopped during evaluation");
+      const Batch batch = eval->GetSamples(static_cast<uint64_t>(i) * B, B);
+      absl::StatusOr<double> l = model.Forward(batch.inputs, batch.targets);
+      if (!l.ok()) return l.status();
+      sum += *l;
+    }
+    return sum / spec.eval().batches();
+  };
+  if (o.eval_only) {
+    if (!eval) {
+      return absl::InvalidArgumentError("eval.token_files: needed to evaluate (--eval-only)");
+    }
+    absl::StatusOr<double> val = evaluate_loss();
+    if (!val.ok()) return val.status();
+    if (o.on_step) {
+      v1::StepReport r;
+      r.set_job_id(o.job_id);
+      r.set_rank(o.rank);
+      r.set_attempt(o.attempt);
+      r.set_total_steps(total);
+      r.set_loss(*val);
+      r.set_val_loss(*val);
+      ToProto((*backend)->GetMemoryStats(), r.mutable_memory());
+      SetNow(r.mutable_time());
+      o.on_step(r);
+    }
+    return absl::OkStatus();
+  }
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * accum;
   int64_t tokens_processed = 0;
   int64_t first_step = 1;
@@ -177,7 +276,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (Stopped(o)) {
         return absl::CancelledError(absl::StrCat("stopped at step ", step - 1, " of ", total));
       }
-      const Batch batch = data->Get(o.rank, step, micro, B, T);
+      const Batch batch =
+          tokens ? tokens->Get(step, micro, B, accum) : arithmetic->Get(o.rank, step, micro, B, T);
       absl::StatusOr<double> l = model.Forward(batch.inputs, batch.targets);
       if (!l.ok()) return l.status();
       if (!std::isfinite(*l)) {
@@ -196,7 +296,15 @@ absl::Status RunTrainer(const TrainerOptions& o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     tokens_processed += tokens_per_step;
 
-    if (o.on_step && (step % tr.log_every_steps() == 0 || step == total)) {
+    const bool evaluate = eval && (step % spec.eval().every_steps() == 0 || step == total);
+    double val_loss = 0.0;
+    if (evaluate) {
+      absl::StatusOr<double> val = evaluate_loss();
+      if (!val.ok()) return val.status();
+      val_loss = *val;
+    }
+
+    if (o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate)) {
       v1::StepReport r;
       r.set_job_id(o.job_id);
       r.set_rank(o.rank);
@@ -211,6 +319,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       ToProto((*backend)->GetMemoryStats(), r.mutable_memory());
       SetNow(r.mutable_time());
       r.set_tokens_processed(tokens_processed);
+      if (evaluate) r.set_val_loss(val_loss);
       o.on_step(r);
     }
     if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&
@@ -232,13 +341,22 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
     (*backend)->EnableProfiling(false);
   }
+  if (!o.weights_out.empty()) {
+    absl::StatusOr<std::vector<float>> weights = model.GetParameters();
+    if (!weights.ok()) return weights.status();
+    if (absl::Status s = WriteGpt2Safetensors(o.weights_out, model.layout(), *weights); !s.ok()) {
+      return s;
+    }
+    Info(o, absl::StrCat("weights: wrote ", o.weights_out, " (safetensors, GPT-2 names)"));
+  }
   const int n = spec.generation().tokens();
   if (n > 0) {
     if (Stopped(o)) {
       return absl::CancelledError(
           absl::StrCat("stopped after step ", total, ", before generation"));
     }
-    const std::vector<int32_t> prompt = data->Prompt(spec.generation().prompt_len());
+    const std::vector<int32_t> prompt = tokens ? tokens->Prompt(spec.generation().prompt_len())
+                                               : arithmetic->Prompt(spec.generation().prompt_len());
     absl::StatusOr<std::vector<int32_t>> generated = model.Generate(prompt, n);
     if (!generated.ok()) return generated.status();
     if (o.on_generation) {

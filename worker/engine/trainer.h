@@ -57,6 +57,13 @@ struct TrainerOptions {
   // spec.checkpoint.keep_last. Empty: no checkpoints.
   std::string checkpoint_dir;
 
+  // When set, the trained weights are written here at the end of training (safetensors, GPT-2
+  // names, see safetensors.h), before generation.
+  std::string weights_out;
+  // Only evaluate: build the model (with model.init_from), report one StepReport (step 0)
+  // whose loss and val_loss are the eval files' mean loss, and return. Needs eval.token_files.
+  bool eval_only = false;
+
   // Each may be empty.
   std::function<void(const v1::StepReport&)> on_step;
   std::function<void(const v1::GenerationResult&)> on_generation;

@@ -24,13 +24,15 @@ std::vector<std::pair<std::string, std::string>> IdentityKeys(const kernels::Bac
   return {
       {"format", kFormat},
       {"num_params", absl::StrCat(model.num_params())},
+      {"trainable_params", absl::StrCat(model.num_trainable_params())},
       {"compute_dtype", kernels::DTypeName(backend.compute_dtype())},
       {"state_dtype", kernels::DTypeName(backend.state_dtype())},
       {"model", absl::StrCat("vocab ", m.vocab_size(), " hidden ", m.hidden(), " heads ", m.heads(),
                              " layers ", m.layers(), " ffn ", m.ffn(), " context ", m.context(),
                              " tied ", m.tie_embeddings() ? 1 : 0)},
       {"batch", absl::StrCat(t.batch_size(), " x ", t.seq_len(), " x ", t.grad_accum_steps())},
-      {"data", absl::StrCat(spec.data().source(), " max_stride ", spec.data().max_stride())},
+      {"data", absl::StrCat(spec.data().source(), " max_stride ", spec.data().max_stride(),
+                            " token_files ", spec.data().token_files())},
       {"seed", absl::StrCat(t.seed())},
   };
 }
@@ -62,9 +64,8 @@ std::vector<char> ToHost(kernels::Backend& backend, const void* device, size_t b
 absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model,
                                    const v1::JobSpec& spec, const std::string& dir, int64_t step,
                                    int64_t tokens_processed, int keep_last) {
-  const size_t n = model.num_params();
-  const size_t pbytes = n * kernels::DTypeSize(backend.compute_dtype());
-  const size_t sbytes = n * kernels::DTypeSize(backend.state_dtype());
+  const size_t pbytes = model.num_params() * kernels::DTypeSize(backend.compute_dtype());
+  const size_t sbytes = model.num_trainable_params() * kernels::DTypeSize(backend.state_dtype());
   auto meta_kv = IdentityKeys(backend, model, spec);
   meta_kv.emplace_back("step", absl::StrCat(step));
   meta_kv.emplace_back("tokens_processed", absl::StrCat(tokens_processed));
@@ -141,9 +142,8 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
     return fail(
         absl::StrCat("step ", point.step, " is past training.steps ", spec.training().steps()));
   }
-  const size_t n = model.num_params();
-  const size_t pbytes = n * kernels::DTypeSize(backend.compute_dtype());
-  const size_t sbytes = n * kernels::DTypeSize(backend.state_dtype());
+  const size_t pbytes = model.num_params() * kernels::DTypeSize(backend.compute_dtype());
+  const size_t sbytes = model.num_trainable_params() * kernels::DTypeSize(backend.state_dtype());
   struct Target {
     const char* name;
     void* device;

@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "resume from the newest valid checkpoint here and write the spec's "
                  "checkpoint.every_steps checkpoints here (default: none)");
+  std::string weights_out;
+  app.add_option("--weights-out", weights_out,
+                 "write the trained weights here (safetensors, Hugging Face GPT-2 names)");
+  bool eval_only = false;
+  app.add_flag("--eval-only", eval_only,
+               "only report the loss on eval.token_files (of model.init_from's weights)");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -152,6 +158,8 @@ int main(int argc, char** argv) {
   options.rank = rank;
   options.world_size = world_size;
   options.stop = &g_stop;
+  options.weights_out = weights_out;
+  options.eval_only = eval_only;
   const char* profile = std::getenv(boulder::common::kEnvProfileKernels);
   options.profile_kernels = profile != nullptr && std::string(profile) != "0";
   options.checkpoint_dir = checkpoint_dir;
