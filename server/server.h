@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
+#include "server/rendezvous.h"
 
 namespace prometheus {
 class Exposer;
@@ -73,6 +74,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string address_;

@@ -314,6 +314,7 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
                                        assignment.attempt());
     attempt_options.threads = options_.threads;
     attempt_options.backend = capabilities_.backend();
+    attempt_options.coordinator = options_.coordinator;
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;
     attempt_options.peak_flops =

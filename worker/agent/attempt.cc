@@ -37,7 +37,8 @@ std::string DescribeSignal(int signal) {
 }  // namespace
 
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
-                                     int threads, const std::string& backend) {
+                                     int threads, const std::string& backend,
+                                     const std::string& coordinator) {
   std::vector<std::string> args = {"--spec",       spec_path,
                                    "--report-fd",  absl::StrCat(kReportFd),
                                    "--job-id",     absl::StrCat(assignment.job_id()),
@@ -49,6 +50,10 @@ std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std
   if (!backend.empty()) {
     args.push_back("--backend");
     args.push_back(backend);
+  }
+  if (!coordinator.empty()) {
+    args.push_back("--coordinator");
+    args.push_back(coordinator);
   }
   return args;
 }
@@ -175,7 +180,8 @@ void Attempt::Launch() {
       if (status.ok()) {
         TrainerSpawnOptions spawn;
         spawn.path = options_.trainer_path;
-        spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend);
+        spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend,
+                                 options_.coordinator);
         spawn.working_dir = options_.dir;
         absl::StatusOr<std::unique_ptr<TrainerProcess>> process =
             TrainerProcess::Start(std::move(spawn), Callbacks());

@@ -33,5 +33,12 @@ TEST(TrainerArgsTest, LeavesTheBackendToTheSpecWhenUnset) {
   EXPECT_EQ(args.back(), "--quiet");
 }
 
+TEST(TrainerArgsTest, PassesTheCoordinatorForTheRendezvous) {
+  const std::vector<std::string> args =
+      TrainerArgs(MakeAssignment(), "/w/spec.json", 0, "cpu", "10.0.0.5:7070");
+  EXPECT_THAT(std::vector<std::string>(args.end() - 2, args.end()),
+              ElementsAre("--coordinator", "10.0.0.5:7070"));
+}
+
 }  // namespace
 }  // namespace boulder::agent

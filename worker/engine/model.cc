@@ -272,6 +272,7 @@ absl::Status Model::Backward() {
   const void* last = c.layers > 0 ? act_.layers.back().residual3 : act_.encoded;
   be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
                        last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
+  if (on_bucket_ready_) on_bucket_ready_(c.layers + 1);
   for (int l = c.layers - 1; l >= 0; --l) {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
@@ -293,9 +294,11 @@ absl::Status Model::Backward() {
     be.LayerNormBackward(act_.dresidual, G(TensorKind::kLn1Weight, l), G(TensorKind::kLn1Bias, l),
                          act_.dln, residual_in, P(TensorKind::kLn1Weight, l), la.ln1_mean,
                          la.ln1_rstd, N, C);
+    if (on_bucket_ready_) on_bucket_ready_(l + 1);
   }
   be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
                      C);
+  if (on_bucket_ready_) on_bucket_ready_(0);
   return be.Synchronize();
 }
 

@@ -20,7 +20,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -78,6 +80,12 @@ class Model {
 
   void ZeroGrad();
 
+  // Called by Backward() as soon as the gradients of bucket i (layout().Buckets()[i]) are
+  // final for this micro-batch, so a data-parallel all-reduce can start while the backward
+  // goes on: i = L+1 (final LN, head) first, then the layers L..1, then 0 (embeddings). On an
+  // asynchronous backend "final" means enqueued on its stream. Empty: nothing is called.
+  void set_on_bucket_ready(std::function<void(int bucket)> f) { on_bucket_ready_ = std::move(f); }
+
   // Global L2 norm of grads() (before clipping); synchronises with the backend.
   absl::StatusOr<float> GradNorm();
 
@@ -102,6 +110,9 @@ class Model {
   // layout(), for tests, checkpoints and a future all-reduce. logits() is [rows, Vp]
   // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
   void* params() const { return params_; }
+  // The FP32 master weights (num_params() state-dtype elements), or null when the parameters
+  // are kept in the state dtype already.
+  void* master_params() const { return master_; }
   void* grads() const { return grads_; }
   const void* logits() const { return act_.logits; }
 
@@ -171,6 +182,7 @@ class Model {
   int last_B_ = 0;
   int last_T_ = 0;
   bool backward_ready_ = false;
+  std::function<void(int)> on_bucket_ready_;
 };
 
 }  // namespace boulder::engine

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   int64_t job_id = 0;
   int attempt = 0, rank = 0, world_size = 1;
   bool quiet = false;
+  std::string coordinator, comm_host;
   app.add_option("--spec", spec_path, "job spec file (YAML or JSON)")->required();
   app.add_option("--set", sets, "override one spec field: PATH=VALUE (repeatable)");
   app.add_option("--backend", backend, "auto|cpu|cuda (default: the spec's resources.backend)")
@@ -100,6 +101,11 @@ int main(int argc, char** argv) {
   app.add_option("--attempt", attempt, "attempt copied into step reports");
   app.add_option("--rank", rank, "this process's rank");
   app.add_option("--world-size", world_size, "number of ranks");
+  app.add_option("--coordinator", coordinator,
+                 "coordinator HOST:PORT for the data-parallel rendezvous (world size > 1)");
+  app.add_option("--comm-host", comm_host,
+                 "address this rank's Gloo listens on (default: 127.0.0.1 for a loopback "
+                 "coordinator, else the host name)");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -147,6 +153,8 @@ int main(int argc, char** argv) {
   options.attempt = attempt;
   options.rank = rank;
   options.world_size = world_size;
+  options.coordinator = coordinator;
+  options.comm_host = comm_host;
   options.stop = &g_stop;
   const char* profile = std::getenv(boulder::common::kEnvProfileKernels);
   options.profile_kernels = profile != nullptr && std::string(profile) != "0";
