@@ -458,7 +458,8 @@ INSTANTIATE_TEST_SUITE_P(
         ResolveCase{"precision: bf16\nresources: {backend: cpu}",
                     "precision: bf16 needs resources.backend cuda (the cpu backend trains in "
                     "fp32)"},
-        ResolveCase{"resources: {workers: 2000}", "resources.workers: must be at most 1024, got 2000"},
+        ResolveCase{"resources: {workers: 2000}",
+                    "resources.workers: must be at most 1024, got 2000"},
         ResolveCase{"resources: {collective_timeout_seconds: 0}",
                     "resources.collective_timeout_seconds: must be in (0, 3600], got 0"},
         ResolveCase{"resources: {checksum_every_steps: -1}",

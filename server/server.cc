@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get());
   RendezvousOptions ropts;
   ropts.check_scope = [coordinator = s->coordinator_.get()](int64_t job_id,
-                                                           int32_t attempt) -> absl::Status {
+                                                            int32_t attempt) -> absl::Status {
     absl::StatusOr<v1::Job> job = coordinator->GetJob(job_id);
     if (!job.ok()) return job.status();
     if (!IsActive(job->state()) || job->attempt() != attempt) {

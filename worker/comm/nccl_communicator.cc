@@ -74,7 +74,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_ != nullptr) {
-      if (broken_) {
+      if (needs_abort_) {
         ncclCommAbort(comm_);
       } else {
         cudaStreamSynchronize(stream_);
@@ -133,6 +133,7 @@ class NcclCommunicator final : public Communicator {
     if (absl::Status s = OrderAfterCompute(); !s.ok()) return Fail("broadcast", s);
     absl::Status s = NcclStatus(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_),
                                 "ncclBroadcast", __FILE__, __LINE__);
+    if (s.ok()) s = Settle("ncclBroadcast");
     if (!s.ok()) return Fail("broadcast", s);
     pending_ = true;
     operation_ = "broadcast";
@@ -153,6 +154,7 @@ class NcclCommunicator final : public Communicator {
         NcclStatus(ncclAllReduce(data, data, count, *type, op == ReduceOp::kAvg ? ncclAvg : ncclSum,
                                  comm_, stream_),
                    "ncclAllReduce", __FILE__, __LINE__);
+    if (s.ok()) s = Settle("ncclAllReduce");
     if (!s.ok()) return Fail("all-reduce", s);
     pending_ = true;
     operation_ = "all-reduce";
@@ -179,13 +181,13 @@ class NcclCommunicator final : public Communicator {
 
  private:
   absl::Status Broken() {
-    if (!broken_) return absl::OkStatus();
+    if (!explained_.has_value()) return absl::OkStatus();
     return *explained_;
   }
 
   absl::Status Fail(const std::string& what, const absl::Status& cause) {
-    if (!broken_) {
-      broken_ = true;
+    if (!explained_.has_value()) {
+      needs_abort_ = true;
       explained_ = ExplainFailure(client_.get(), options_.world_size,
                                   std::min(options_.failure_grace, options_.timeout), what, cause);
     }
@@ -203,6 +205,23 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaEventRecord(e, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, e, 0));
     return absl::OkStatus();
+  }
+
+  // A non-blocking communicator may still be enqueueing the last call (ncclInProgress, e.g.
+  // while it connects to peers lazily): wait for that, up to the timeout, before the next.
+  absl::Status Settle(const char* what) {
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    while (true) {
+      ncclResult_t async = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclInProgress) return NcclStatus(async, what, __FILE__, __LINE__);
+      if (absl::Now() >= deadline) {
+        needs_abort_ = true;
+        return absl::DeadlineExceededError(absl::StrCat(what, ": still in progress after ",
+                                                        absl::FormatDuration(options_.timeout)));
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
   }
 
   // Waits for `event` (or, when null, for the communicator's init) while watching NCCL's
@@ -224,7 +243,7 @@ class NcclCommunicator final : public Communicator {
           return kernels::cuda::CudaStatus(e, "cudaEventQuery", __FILE__, __LINE__);
       }
       if (absl::Now() >= deadline) {
-        broken_ = true;  // the destructor aborts rather than waits
+        needs_abort_ = true;  // the destructor aborts rather than waits
         return absl::DeadlineExceededError(
             absl::StrCat(what, ": no progress within ", absl::FormatDuration(options_.timeout)));
       }
@@ -243,7 +262,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   bool pending_ = false;
   std::string operation_ = "all-reduce";
-  bool broken_ = false;
+  bool needs_abort_ = false;  // a failure or timeout: abort, do not wait, on destruction
   std::optional<absl::Status> explained_;
 };
 

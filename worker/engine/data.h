@@ -8,8 +8,9 @@
 // Every row of a global batch is a pure function of (seed, step, micro-batch, global row), so
 // a re-run or a job resumed at step s sees exactly the data of the original run, and data
 // parallelism does not change the data: rank r of N with micro-batch B takes global rows
-// [r*B, (r+1)*B), so N workers of batch B see exactly the sequences 1 worker of batch N*B sees; generation prompts come from a separate
-// stream (seed ^ kPromptStream) that training never draws from.
+// [r*B, (r+1)*B), so N workers of batch B see exactly the sequences 1 worker of batch N*B sees;
+// generation prompts come from a separate stream (seed ^ kPromptStream) that training never draws
+// from.
 //
 // Thread-safety: const methods on a value; safe to call concurrently.
 #ifndef BOULDER_WORKER_ENGINE_DATA_H_

@@ -94,9 +94,9 @@ TEST(ArithmeticDataTest, RanksSliceTheGlobalBatchOfOneWorker) {
     EXPECT_EQ(targets, global.targets);
     EXPECT_EQ(strides, global.strides);
   }
+  const Batch seven = data.Get(0, 9, 0, 7, T);
   EXPECT_EQ(data.GetRows(9, 0, 5, 2, T).inputs,
-            std::vector<int32_t>(data.Get(0, 9, 0, 7, T).inputs.begin() + 5 * T,
-                                 data.Get(0, 9, 0, 7, T).inputs.end()));
+            std::vector<int32_t>(seven.inputs.begin() + 5 * T, seven.inputs.end()));
 }
 
 TEST(ArithmeticDataTest, PromptIsHeldOutConstantStrideSequence) {

@@ -117,10 +117,10 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   }
   const bool data_parallel = o.world_size > 1 || o.force_communicator;
   if (data_parallel && o.coordinator.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world size ", o.world_size,
-        ": data-parallel training needs the coordinator's address for the rendezvous "
-        "(--coordinator HOST:PORT; the worker agent passes it)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", o.world_size,
+                     ": data-parallel training needs the coordinator's address for the rendezvous "
+                     "(--coordinator HOST:PORT; the worker agent passes it)"));
   }
   absl::StatusOr<ModelConfig> config = ModelConfigFromSpec(spec.model());
   if (!config.ok()) return config.status();
