@@ -68,7 +68,7 @@ def run(cluster, spec, sets, workers, batch, steps):
     job = cluster.wait_state(job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, 3600)
     if job["state"] != "SUCCEEDED":
         raise SystemExit(f"job {job_id}: {job['state']}: {job.get('message')}")
-    return reports(cluster.db, job_id)
+    return job_id
 
 
 def main():
@@ -88,9 +88,12 @@ def main():
     rows = []
     cluster = Cluster(os.path.join(a.build_dir, "bin"), workers=a.workers)
     try:
-        for name, sets, batch in WORKLOADS:
-            single = run(cluster, spec, sets, 1, batch, a.steps)
-            multi = run(cluster, spec, sets, a.workers, batch, a.steps)
+        jobs = [(run(cluster, spec, sets, 1, batch, a.steps),
+                 run(cluster, spec, sets, a.workers, batch, a.steps)) for _, sets, batch in WORKLOADS]
+        # The coordinator keeps its database locked while it runs: read it after.
+        cluster.coordinator.stop()
+        for (name, _, _), (single_id, multi_id) in zip(WORKLOADS, jobs):
+            single, multi = reports(cluster.db, single_id), reports(cluster.db, multi_id)
             one = statistics.median(t for s, t, _ in single[0] if s > WARMUP)
             for rank in sorted(multi):
                 timed = [(t, c) for s, t, c in multi[rank] if s > WARMUP]

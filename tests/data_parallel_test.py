@@ -8,7 +8,9 @@
   dead rank named, and leaves no trainer of the job running.
 
 Step reports are read from the coordinator's SQLite store (job_events), decoding the protobuf
-wire format by hand (this test needs no Python protobuf package).
+wire format by hand (this test needs no Python protobuf package). The coordinator holds its
+database in exclusive locking mode, so the test stops it to read and then restarts it on the
+same port (the workers re-register, as after any coordinator restart).
 
 Usage: data_parallel_test.py BIN_DIR REPO_DIR
 """
@@ -143,13 +145,27 @@ class DataParallel(unittest.TestCase):
         job = self.c.wait_state(job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, 240)
         self.assertEqual(job["state"], "SUCCEEDED", job.get("message"))
         self.assertEqual(len(job.get("workers", [])), workers)
-        return step_reports(self.c.db, job_id)
+        return job_id
+
+    def read_reports(self, job_ids):
+        """Stops the coordinator, reads the jobs' step reports, restarts it on its port."""
+        port = int(self.c.address.rsplit(":", 1)[1])
+        self.assertEqual(self.c.coordinator.stop(), 0)
+        self.c.procs.remove(self.c.coordinator)
+        try:
+            return [step_reports(self.c.db, j) for j in job_ids]
+        finally:
+            self.c.start_coordinator(port)
+            wait_until(lambda: sum(w.get("state") == "WORKER_IDLE" for w in
+                                   self.c.cli_json("workers").get("workers", [])) == 3,
+                       60, "the workers to register again")
 
     def test_two_and_three_workers_follow_the_one_worker_curve(self):
-        single = self.run_job(1)[0]
+        jobs = [self.run_job(workers) for workers in (1, 2, 3)]
+        all_reports = self.read_reports(jobs)
+        single = all_reports[0][0]
         self.assertEqual(sorted(single), list(range(1, STEPS + 1)))
-        for workers in (2, 3):
-            reports = self.run_job(workers)
+        for workers, reports in ((2, all_reports[1]), (3, all_reports[2])):
             self.assertEqual(sorted(reports), list(range(workers)), f"{workers} workers")
             final = {reports[r][STEPS][1] for r in range(workers)}
             self.assertEqual(len(final), 1, f"{workers} workers: checksums differ: {final}")
@@ -177,6 +193,8 @@ class DataParallel(unittest.TestCase):
         self.assertLess(time.monotonic() - killed_at, KILL_DEADLINE)
         self.assertEqual(job["state"], "FAILED")
         self.assertIn("rank 1", job.get("message", ""))
+        print(f"\njob {job_id} failed {time.monotonic() - killed_at:.1f} s after the kill: "
+              f"{job['message']}", file=sys.stderr)
         # The survivor is stopped too: no trainer of the job is left.
         wait_until(lambda: not trainers_of(job_id), 30, f"job {job_id}'s trainers to exit")
         # And the workers are free again for the next job.
