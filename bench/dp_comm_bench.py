@@ -31,11 +31,11 @@ import struct  # noqa: E402
 
 WARMUP = 2
 # (name, --set overrides, global batch). The seed model itself and a quarter-width variant:
-# same layer count (buckets), 16x fewer gradient bytes.
+# same layer count (buckets), ~9x fewer gradient bytes.
 WORKLOADS = [
-    ("seed mini-GPT (hidden 768, 4 layers, 7.2M params), 8 x 64",
+    ("seed mini-GPT (hidden 768, 4 layers, 28.7M params), 8 x 64",
      ["model.preset=minigpt", "training.seq_len=64"], 8),
-    ("mini-GPT hidden 256, 4 layers (0.8M params), 8 x 64",
+    ("mini-GPT hidden 256, 4 layers (3.3M params), 8 x 64",
      ["model.hidden=256", "model.heads=4", "model.ffn=1024", "training.seq_len=64"], 8),
 ]
 
