@@ -11,6 +11,10 @@ inline constexpr char kEnvCoordinator[] = "BOULDER_COORDINATOR";
 // device and the trainer prints the per-op table to stderr at the end (cuda backend only).
 inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
 
+// NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
+// when unset, so multicast stays off unless an operator turns it on explicitly.
+inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";
+
 }  // namespace boulder::common
 
 #endif  // BOULDER_COMMON_ENV_H_

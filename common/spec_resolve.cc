@@ -183,6 +183,8 @@ void FillDefaults(v1::JobSpec* spec) {
   v1::ResourcesSpec* resources = spec->mutable_resources();
   if (!resources->has_workers()) resources->set_workers(1);
   if (!resources->has_backend()) resources->set_backend("auto");
+  if (!resources->has_collective_timeout_seconds()) resources->set_collective_timeout_seconds(60);
+  if (!resources->has_checksum_every_steps()) resources->set_checksum_every_steps(10);
 
   v1::GenerationSpec* generation = spec->mutable_generation();
   if (!generation->has_prompt_len()) generation->set_prompt_len(8);
@@ -332,11 +334,16 @@ absl::Status ValidateResources(const v1::ResourcesSpec& resources) {
     return Invalid("resources.workers",
                    absl::StrCat("must be at least 1, got ", resources.workers()));
   }
-  if (resources.workers() > 1) {
-    return Invalid("resources.workers",
-                   absl::StrCat(resources.workers(),
-                                ": data-parallel training is not implemented yet (at most 1)"));
+  absl::Status status = CheckRange("resources.workers", resources.workers(), 1, 1024);
+  if (status.ok()) {
+    status = CheckDouble("resources.collective_timeout_seconds",
+                         resources.collective_timeout_seconds(), 0, false, 3600, true);
   }
+  if (status.ok()) {
+    status = CheckRange("resources.checksum_every_steps", resources.checksum_every_steps(), 0,
+                        kMaxSteps);
+  }
+  if (!status.ok()) return status;
   return CheckOneOf("resources.backend", resources.backend(), "backend", kBackends);
 }
 

@@ -154,6 +154,8 @@ TEST(SpecDefaultsTest, EmptySpecResolvesToTheSeedJob) {
   EXPECT_EQ(spec.precision(), "auto");
   EXPECT_EQ(spec.resources().workers(), 1);
   EXPECT_EQ(spec.resources().backend(), "auto");
+  EXPECT_EQ(spec.resources().collective_timeout_seconds(), 60.0);
+  EXPECT_EQ(spec.resources().checksum_every_steps(), 10);
   EXPECT_EQ(spec.generation().prompt_len(), 8);
   EXPECT_EQ(spec.generation().tokens(), 16);
   EXPECT_EQ(RequiredBackend(spec), "");
@@ -197,7 +199,8 @@ TEST(SpecParseTest, UnknownFieldSuggestsTheClosestName) {
   EXPECT_THAT(ParseStatus("lr: 0.1\n"),
               IsInvalid("lr: unknown field (did you mean 'training.lr'?)"));
   EXPECT_THAT(ParseStatus("resources:\n  gpus: 1\n"),
-              IsInvalid("resources.gpus: unknown field (valid fields: workers, backend)"));
+              IsInvalid("resources.gpus: unknown field (valid fields: workers, backend, "
+                        "collective_timeout_seconds, checksum_every_steps)"));
 }
 
 TEST(SpecParseTest, WrongTypesNameTheFieldAndTheValue) {
@@ -479,9 +482,12 @@ INSTANTIATE_TEST_SUITE_P(
         ResolveCase{"precision: bf16\nresources: {backend: cpu}",
                     "precision: bf16 needs resources.backend cuda (the cpu backend trains in "
                     "fp32)"},
-        ResolveCase{"resources: {workers: 2}",
-                    "resources.workers: 2: data-parallel training is not implemented yet (at "
-                    "most 1)"},
+        ResolveCase{"resources: {workers: 2000}",
+                    "resources.workers: must be at most 1024, got 2000"},
+        ResolveCase{"resources: {collective_timeout_seconds: 0}",
+                    "resources.collective_timeout_seconds: must be in (0, 3600], got 0"},
+        ResolveCase{"resources: {checksum_every_steps: -1}",
+                    "resources.checksum_every_steps: must be at least 0, got -1"},
         ResolveCase{"resources: {workers: 0}", "resources.workers: must be at least 1, got 0"},
         ResolveCase{"resources: {backend: tpu}",
                     "resources.backend: unknown backend 'tpu' (one of auto, cpu, cuda)"},

@@ -90,6 +90,19 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get(), s->weights_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get(),
                                                            s->weights_.get());
+  RendezvousOptions ropts;
+  ropts.check_scope = [coordinator = s->coordinator_.get()](int64_t job_id,
+                                                            int32_t attempt) -> absl::Status {
+    absl::StatusOr<v1::Job> job = coordinator->GetJob(job_id);
+    if (!job.ok()) return job.status();
+    if (!IsActive(job->state()) || job->attempt() != attempt) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " attempt ", attempt, " is not running (job is ",
+                       v1::JobState_Name(job->state()), " at attempt ", job->attempt(), ")"));
+    }
+    return absl::OkStatus();
+  };
+  s->rendezvous_service_ = std::make_unique<RendezvousService>(ropts, s->metrics_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -99,6 +112,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
+  builder.RegisterService(s->rendezvous_service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", options.listen));

@@ -16,6 +16,7 @@
 #include "server/coordinator.h"
 #include "server/metrics.h"
 #include "server/weights_store.h"
+#include "server/rendezvous.h"
 
 namespace prometheus {
 class Exposer;
@@ -78,6 +79,7 @@ class CoordinatorServer {
   std::unique_ptr<WeightsStore> weights_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<RendezvousService> rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string address_;

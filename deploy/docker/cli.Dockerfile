@@ -32,7 +32,7 @@ COPY server server
 COPY client client
 COPY deploy/docker/runtime-deps.sh /usr/local/bin/runtime-deps.sh
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOULDER_CUDA=OFF \
-      "-DBOULDER_SUBDIRS=common;kernels;worker/engine;worker/agent;server;client" \
+      "-DBOULDER_SUBDIRS=common;kernels;worker/comm;worker/engine;worker/agent;server;client" \
  && cmake --build build --target boulder \
  && runtime-deps.sh build/bin/boulder > /runtime-packages.txt
 

@@ -39,7 +39,7 @@ COPY client client
 COPY deploy/docker/runtime-deps.sh /usr/local/bin/runtime-deps.sh
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBOULDER_CUDA=ON \
       "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
-      "-DBOULDER_SUBDIRS=common;kernels;worker/engine;worker/agent;server;client" \
+      "-DBOULDER_SUBDIRS=common;kernels;worker/comm;worker/engine;worker/agent;server;client" \
  && cmake --build build --target boulder-worker boulder-trainer boulder-tokens \
  && runtime-deps.sh build/bin/boulder-worker build/bin/boulder-trainer build/bin/boulder-tokens \
       > /runtime-packages.txt

@@ -373,8 +373,8 @@ describe("Dockerfile lint", () => {
       "RUN with a pipe without SHELL");
   });
   test("a build that misses a CMake folder fails", () => {
-    const errors = lint(read("worker.Dockerfile"), [...cmakeSubdirs, "worker/comm", "bench"]);
-    includes(errors, "differs from CMake's default less tests: common;kernels;worker/engine;worker/agent;server;client;worker/comm;bench");
+    const errors = lint(read("worker.Dockerfile"), [...cmakeSubdirs, "worker/extra", "bench"]);
+    includes(errors, "differs from CMake's default less tests: common;kernels;worker/comm;worker/engine;worker/agent;server;client;worker/extra;bench");
     const noClient = read("cli.Dockerfile").replace("COPY client client\n", "");
     includes(lint(noClient), "the build stage does not COPY client");
   });

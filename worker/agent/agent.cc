@@ -325,6 +325,7 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
     attempt_options.checkpoint_dir = common::CheckpointDirectory(
         options_.checkpoint_root, assignment.spec(), assignment.job_id());
     attempt_options.backend = capabilities_.backend();
+    attempt_options.coordinator = options_.coordinator;
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;
     attempt_options.peak_flops =

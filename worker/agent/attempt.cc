@@ -38,7 +38,8 @@ std::string DescribeSignal(int signal) {
 
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
                                      int threads, const std::string& backend,
-                                     const std::string& checkpoint_dir) {
+                                     const std::string& checkpoint_dir,
+                                     const std::string& coordinator) {
   std::vector<std::string> args = {"--spec",       spec_path,
                                    "--report-fd",  absl::StrCat(kReportFd),
                                    "--job-id",     absl::StrCat(assignment.job_id()),
@@ -60,6 +61,10 @@ std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std
   if (!checkpoint_dir.empty()) {
     args.push_back("--checkpoint-dir");
     args.push_back(checkpoint_dir);
+  }
+  if (!coordinator.empty()) {
+    args.push_back("--coordinator");
+    args.push_back(coordinator);
   }
   return args;
 }
@@ -187,7 +192,7 @@ void Attempt::Launch() {
         TrainerSpawnOptions spawn;
         spawn.path = options_.trainer_path;
         spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend,
-                                 options_.checkpoint_dir);
+                                 options_.checkpoint_dir, options_.coordinator);
         spawn.working_dir = options_.dir;
         absl::StatusOr<std::unique_ptr<TrainerProcess>> process =
             TrainerProcess::Start(std::move(spawn), Callbacks());

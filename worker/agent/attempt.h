@@ -38,6 +38,7 @@ struct AttemptOptions {
   int threads = 0;           // --threads for the trainer; 0: all cores
   std::string checkpoint_dir;  // --checkpoint-dir for the trainer; empty: no checkpoints
   std::string backend;       // --backend for the trainer: the one this worker registered with
+  std::string coordinator;   // --coordinator for the trainer (its data-parallel rendezvous)
   ReportBuffer::Limits buffer_limits;
   AgentMetrics* metrics = nullptr;  // not owned; may be null
   // The device's peak FLOP/s for this job's precision (PeakFlops); 0: unknown, no MFU metric.
@@ -55,9 +56,12 @@ inline constexpr char kWeightsFile[] = "weights.safetensors";
 // `backend` ("cpu" or "cuda") pins the trainer to the backend this worker registered with, so
 // a worker started with --backend cpu on a GPU host trains on the CPU; empty: the spec decides.
 // `checkpoint_dir`, when non-empty, is where the trainer resumes from and writes checkpoints.
+// `coordinator` ("HOST:PORT", the agent's own) is where ranks of a multi-worker job
+// rendezvous; empty: not passed.
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
                                      int threads, const std::string& backend = "",
-                                     const std::string& checkpoint_dir = "");
+                                     const std::string& checkpoint_dir = "",
+                                     const std::string& coordinator = "");
 
 // Writes `spec` as protobuf JSON with the proto field names (what ParseJobSpecYaml reads).
 // Errors carry the path and the OS error.

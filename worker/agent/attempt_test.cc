@@ -41,7 +41,15 @@ TEST(TrainerArgsTest, PassesTheJobsCheckpointDirectory) {
   EXPECT_THAT(TrainerArgs(MakeAssignment(), "/w/spec.json", 1, "cpu", "/shared/ckpt/job-7"),
               ElementsAre("--spec", "/w/spec.json", "--report-fd", "3", "--job-id", "7",
                           "--attempt", "2", "--rank", "0", "--world-size", "1", "--threads", "1",
-                          "--quiet", "--backend", "cpu", "--checkpoint-dir", "/shared/ckpt/job-7"));
+                          "--weights-out", "weights.safetensors", "--quiet", "--backend", "cpu",
+                          "--checkpoint-dir", "/shared/ckpt/job-7"));
+}
+
+TEST(TrainerArgsTest, PassesTheCoordinatorForTheRendezvous) {
+  const std::vector<std::string> args =
+      TrainerArgs(MakeAssignment(), "/w/spec.json", 0, "cpu", "", "10.0.0.5:7070");
+  EXPECT_THAT(std::vector<std::string>(args.end() - 2, args.end()),
+              ElementsAre("--coordinator", "10.0.0.5:7070"));
 }
 
 }  // namespace

@@ -35,14 +35,18 @@ int32_t FillSequence(Rng* rng, int V, int max_stride, int32_t* out, int len) {
 }  // namespace
 
 Batch ArithmeticData::Get(int rank, int64_t step, int micro, int B, int T) const {
-  Rng rng(HashWords({seed_, static_cast<uint64_t>(rank), static_cast<uint64_t>(step),
-                     static_cast<uint64_t>(micro)}));
+  return GetRows(step, micro, static_cast<int64_t>(rank) * B, B, T);
+}
+
+Batch ArithmeticData::GetRows(int64_t step, int micro, int64_t first_row, int B, int T) const {
   Batch batch;
   batch.inputs.resize(static_cast<size_t>(B) * T);
   batch.targets.resize(static_cast<size_t>(B) * T);
   batch.strides.resize(B);
   std::vector<int32_t> seq(T + 1);
   for (int b = 0; b < B; ++b) {
+    Rng rng(HashWords({seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(micro),
+                       static_cast<uint64_t>(first_row + b)}));
     batch.strides[b] = FillSequence(&rng, vocab_size_, max_stride_, seq.data(), T + 1);
     for (int t = 0; t < T; ++t) {
       batch.inputs[static_cast<size_t>(b) * T + t] = seq[t];

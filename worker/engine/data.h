@@ -5,9 +5,12 @@
 // (which stride?); from the second on, the stride is determined by the two previous tokens,
 // so a model that has learned the task reaches a mean loss of ln(max_stride) / T.
 //
-// Batches are a pure function of (seed, rank, step, micro-batch), so a re-run or a job resumed
-// at step s sees exactly the data of the original run; generation prompts come from a separate
-// stream (seed ^ kPromptStream) that training never draws from.
+// Every row of a global batch is a pure function of (seed, step, micro-batch, global row), so
+// a re-run or a job resumed at step s sees exactly the data of the original run, and data
+// parallelism does not change the data: rank r of N with micro-batch B takes global rows
+// [r*B, (r+1)*B), so N workers of batch B see exactly the sequences 1 worker of batch N*B sees;
+// generation prompts come from a separate stream (seed ^ kPromptStream) that training never draws
+// from.
 //
 // Thread-safety: const methods on a value; safe to call concurrently.
 #ifndef BOULDER_WORKER_ENGINE_DATA_H_
@@ -39,8 +42,12 @@ class ArithmeticData {
   // other than "arithmetic" or a max_stride outside [1, vocab).
   static absl::StatusOr<ArithmeticData> FromSpec(const v1::JobSpec& spec);
 
-  // The micro-batch `micro` of optimizer step `step` (1-based) on `rank`: B rows of T tokens.
+  // The micro-batch `micro` of optimizer step `step` (1-based) on `rank`: B rows of T tokens,
+  // the global rows [rank*B, (rank+1)*B).
   Batch Get(int rank, int64_t step, int micro, int B, int T) const;
+
+  // Global rows [first_row, first_row + B) of micro-batch `micro` of step `step`.
+  Batch GetRows(int64_t step, int micro, int64_t first_row, int B, int T) const;
 
   // A held-out sequence of `len` tokens used as the generation prompt; also returns its stride
   // through `stride` when non-null.

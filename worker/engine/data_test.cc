@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -74,6 +75,28 @@ TEST(ArithmeticDataTest, DeterministicPerSeedAndDistinctAcrossRankStepMicro) {
   EXPECT_NE(a.Get(1, 5, 1, 8, 16).inputs, base.inputs);
   EXPECT_NE(a.Get(0, 6, 1, 8, 16).inputs, base.inputs);
   EXPECT_NE(a.Get(0, 5, 0, 8, 16).inputs, base.inputs);
+}
+
+TEST(ArithmeticDataTest, RanksSliceTheGlobalBatchOfOneWorker) {
+  // 3 ranks of micro-batch 4 see exactly the rows 1 worker of batch 12 sees, in rank order.
+  ArithmeticData data(96, 6, 7);
+  const int B = 4, T = 16, N = 3;
+  for (int micro = 0; micro < 2; ++micro) {
+    const Batch global = data.Get(0, 9, micro, N * B, T);
+    std::vector<int32_t> inputs, targets, strides;
+    for (int rank = 0; rank < N; ++rank) {
+      const Batch b = data.Get(rank, 9, micro, B, T);
+      inputs.insert(inputs.end(), b.inputs.begin(), b.inputs.end());
+      targets.insert(targets.end(), b.targets.begin(), b.targets.end());
+      strides.insert(strides.end(), b.strides.begin(), b.strides.end());
+    }
+    EXPECT_EQ(inputs, global.inputs);
+    EXPECT_EQ(targets, global.targets);
+    EXPECT_EQ(strides, global.strides);
+  }
+  const Batch seven = data.Get(0, 9, 0, 7, T);
+  EXPECT_EQ(data.GetRows(9, 0, 5, 2, T).inputs,
+            std::vector<int32_t>(seven.inputs.begin() + 5 * T, seven.inputs.end()));
 }
 
 TEST(ArithmeticDataTest, PromptIsHeldOutConstantStrideSequence) {

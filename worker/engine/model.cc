@@ -238,6 +238,15 @@ void* Model::P(TensorKind kind, int layer) const {
   return Advance(params_, layout_.Offset(kind, layer) * elem_);
 }
 
+std::optional<size_t> Model::GradOffset(size_t param_offset) const {
+  for (const TrainableRun& r : runs_) {
+    if (param_offset >= r.param_offset && param_offset < r.param_offset + r.numel) {
+      return r.grad_offset + (param_offset - r.param_offset);
+    }
+  }
+  return std::nullopt;
+}
+
 void* Model::G(TensorKind kind, int layer) const {
   const size_t offset = layout_.Offset(kind, layer);
   for (const TrainableRun& r : runs_) {
@@ -377,6 +386,7 @@ absl::Status Model::Backward() {
   const void* last = c.layers > 0 ? act_.layers.back().residual3 : act_.encoded;
   be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
                        last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
+  if (on_bucket_ready_) on_bucket_ready_(c.layers + 1);
   for (int l = c.layers - 1; l >= lowest_backward_layer_; --l) {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
@@ -400,10 +410,12 @@ absl::Status Model::Backward() {
     ln_grad(TensorKind::kLn1Weight, TensorKind::kLn1Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, residual_in,
                          P(TensorKind::kLn1Weight, l), la.ln1_mean, la.ln1_rstd, N, C);
+    if (on_bucket_ready_) on_bucket_ready_(l + 1);
   }
   if (!options_.freeze_embeddings) {
     be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
                        C);
+    if (on_bucket_ready_) on_bucket_ready_(0);
   }
   return be.Synchronize();
 }

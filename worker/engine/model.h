@@ -20,8 +20,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -94,6 +97,12 @@ class Model {
 
   void ZeroGrad();
 
+  // Called by Backward() as soon as the gradients of bucket i (layout().Buckets()[i]) are
+  // final for this micro-batch, so a data-parallel all-reduce can start while the backward
+  // goes on: i = L+1 (final LN, head) first, then the layers L..1, then 0 (embeddings). On an
+  // asynchronous backend "final" means enqueued on its stream. Empty: nothing is called.
+  void set_on_bucket_ready(std::function<void(int bucket)> f) { on_bucket_ready_ = std::move(f); }
+
   // Global L2 norm of grads() (before clipping); synchronises with the backend.
   absl::StatusOr<float> GradNorm();
 
@@ -113,6 +122,9 @@ class Model {
   // Parameters that train (num_params() less the frozen ones): the length of grads() and of
   // the optimizer state.
   size_t num_trainable_params() const { return num_trainable_; }
+  // The offset in grads() (and the optimizer state) of the parameter at `param_offset` of
+  // params(); nullopt when that parameter is frozen.
+  std::optional<size_t> GradOffset(size_t param_offset) const;
 
   // All parameters as FP32 in layout order (the FP32 master copy where one exists).
   absl::StatusOr<std::vector<float>> GetParameters();
@@ -127,6 +139,9 @@ class Model {
   // the frozen ones left out (the same layout when nothing is frozen). logits() is [rows, Vp]
   // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
   void* params() const { return params_; }
+  // The FP32 master weights (num_trainable_params() state-dtype elements, as master()), or
+  // null when the parameters are kept in the state dtype already.
+  void* master_params() const { return master_; }
   void* grads() const { return grads_; }
   // Optimizer state, num_trainable_params() state-dtype elements each (the trainable tensors,
   // as grads()), for checkpoints: the AdamW moments, and the FP32 master weights (null when
@@ -215,6 +230,7 @@ class Model {
   int last_B_ = 0;
   int last_T_ = 0;
   bool backward_ready_ = false;
+  std::function<void(int)> on_bucket_ready_;
 };
 
 }  // namespace boulder::engine

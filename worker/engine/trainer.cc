@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
+#include "worker/engine/data_parallel.h"
 #include "worker/engine/model.h"
 #include "worker/engine/param_layout.h"
 #include "worker/engine/safetensors.h"
@@ -108,15 +109,39 @@ TokenDataOptions TokenOptions(const TrainerOptions& o, const std::string& glob,
   return t;
 }
 
+comm::CommOptions CommOptionsFor(const TrainerOptions& o) {
+  comm::CommOptions c;
+  c.rank = o.rank;
+  c.world_size = o.world_size;
+  c.job_id = o.job_id;
+  c.attempt = o.attempt;
+  c.coordinator = o.coordinator;
+  c.host = o.comm_host;
+  c.timeout = absl::Seconds(o.spec.resources().collective_timeout_seconds());
+  return c;
+}
+
+// A data-parallel failure, with the step it happened in.
+absl::Status Annotate(const absl::Status& s, int64_t step) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("step ", step, ": ", s.message()));
+}
+
 }  // namespace
 
 absl::Status RunTrainer(const TrainerOptions& o) {
   const v1::JobSpec& spec = o.spec;
   const v1::TrainingSpec& tr = spec.training();
-  if (o.world_size != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "world size ", o.world_size,
-        ": data-parallel training is not in this build yet (run with resources.workers: 1)"));
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", o.rank, " is not in [0, world size ", o.world_size, ")"));
+  }
+  const bool data_parallel = o.world_size > 1 || o.force_communicator;
+  if (data_parallel && o.coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", o.world_size,
+                     ": data-parallel training needs the coordinator's address for the rendezvous "
+                     "(--coordinator HOST:PORT; the worker agent passes it)"));
   }
   absl::StatusOr<ModelConfig> config = ModelConfigFromSpec(spec.model());
   if (!config.ok()) return config.status();
@@ -214,6 +239,18 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                        MiB(model.activation_bytes()), " for ", tr.batch_size(), " x ", tr.seq_len(),
                        " tokens; total ", MiB(model.total_bytes())));
 
+  std::unique_ptr<DataParallel> dp;
+  if (data_parallel) {
+    absl::StatusOr<std::unique_ptr<DataParallel>> made =
+        DataParallel::Create(CommOptionsFor(o), backend->get(), &model);
+    if (!made.ok()) return made.status();
+    dp = *std::move(made);
+    Info(o, absl::StrCat("data parallel: rank ", o.rank, " of ", o.world_size, " over ",
+                         dp->communicator()->name(), ", ", model.layout().Buckets().size(),
+                         " gradient buckets"));
+  }
+  const int64_t checksum_every = spec.resources().checksum_every_steps();
+
   const int B = tr.batch_size(), T = tr.seq_len(), accum = tr.grad_accum_steps();
   const int64_t total = tr.steps();
   // Mean loss over eval.batches micro-batches of the eval files, read in order.
@@ -286,12 +323,30 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                          " (training diverged; try a lower training.lr or training.grad_clip)"));
       }
       loss += *l / accum;
+      if (dp != nullptr) dp->ReduceDuringNextBackward(micro == accum - 1);
       if (absl::Status s = model.Backward(); !s.ok()) return s;
+    }
+    double comm_exposed = 0.0;
+    uint64_t checksum = 0;
+    if (dp != nullptr) {
+      absl::StatusOr<double> waited = dp->FinishGradients();
+      if (!waited.ok()) return Annotate(waited.status(), step);
+      comm_exposed = *waited;
     }
     const double lr = LearningRate(*schedule, step);
     absl::StatusOr<float> norm =
         model.OptimizerStep(static_cast<float>(lr), static_cast<int>(step));
     if (!norm.ok()) return norm.status();
+    if (dp != nullptr) {
+      absl::StatusOr<double> mean = dp->AverageLoss(loss);
+      if (!mean.ok()) return Annotate(mean.status(), step);
+      loss = *mean;
+      if ((checksum_every > 0 && step % checksum_every == 0) || step == total) {
+        absl::StatusOr<uint64_t> agreed = dp->CheckReplicas(step);
+        if (!agreed.ok()) return Annotate(agreed.status(), step);
+        checksum = *agreed;
+      }
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     tokens_processed += tokens_per_step;
@@ -320,6 +375,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       SetNow(r.mutable_time());
       r.set_tokens_processed(tokens_processed);
       if (evaluate) r.set_val_loss(val_loss);
+      r.set_comm_exposed_seconds(comm_exposed);
+      r.set_param_checksum(checksum);
       o.on_step(r);
     }
     if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&

@@ -44,6 +44,14 @@ struct TrainerOptions {
   int32_t rank = 0;
   int32_t world_size = 1;
 
+  // Data parallelism (world_size > 1, see data_parallel.h): the coordinator ("HOST:PORT")
+  // whose rendezvous store connects the ranks, and the address this rank's Gloo listens on
+  // (empty: comm::DefaultCommHost). With world_size 1 no communicator is made unless
+  // force_communicator is set (a 1-rank run through the data-parallel path, for tests).
+  std::string coordinator;
+  std::string comm_host;
+  bool force_communicator = false;
+
   // Set (by another thread or a signal handler) to stop: Run() returns CANCELLED at the next
   // micro-batch boundary. May be null.
   const std::atomic<bool>* stop = nullptr;
@@ -77,7 +85,10 @@ struct TrainerOptions {
 //   INVALID_ARGUMENT    the spec is not resolved or not trainable (names the field);
 //   FAILED_PRECONDITION this build cannot run it (backend "cuda", precision other than fp32
 //                       on the cpu backend);
-//   UNIMPLEMENTED       world_size > 1 (data-parallel training needs worker/comm);
+//   INVALID_ARGUMENT    also: rank outside [0, world_size), or no coordinator for world_size > 1;
+//   DEADLINE_EXCEEDED, UNAVAILABLE  data parallelism: a rank never arrived, died or hung (the
+//                       message names it) within resources.collective_timeout_seconds;
+//   INTERNAL            also: the ranks' parameter replicas diverged (names the ranks);
 //   CANCELLED           *stop was set (names the step reached);
 //   INTERNAL            the loss became non-finite (names the step);
 //   RESOURCE_EXHAUSTED  the model does not fit in memory (names the allocation);

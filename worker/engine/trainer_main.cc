@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   int attempt = 0, rank = 0, world_size = 1;
   bool quiet = false;
   std::string checkpoint_dir;
+  std::string coordinator, comm_host;
   app.add_option("--spec", spec_path, "job spec file (YAML or JSON)")->required();
   app.add_option("--set", sets, "override one spec field: PATH=VALUE (repeatable)");
   app.add_option("--backend", backend, "auto|cpu|cuda (default: the spec's resources.backend)")
@@ -110,6 +111,11 @@ int main(int argc, char** argv) {
   bool eval_only = false;
   app.add_flag("--eval-only", eval_only,
                "only report the loss on eval.token_files (of model.init_from's weights)");
+  app.add_option("--coordinator", coordinator,
+                 "coordinator HOST:PORT for the data-parallel rendezvous (world size > 1)");
+  app.add_option("--comm-host", comm_host,
+                 "address this rank's Gloo listens on (default: 127.0.0.1 for a loopback "
+                 "coordinator, else the host name)");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -157,6 +163,8 @@ int main(int argc, char** argv) {
   options.attempt = attempt;
   options.rank = rank;
   options.world_size = world_size;
+  options.coordinator = coordinator;
+  options.comm_host = comm_host;
   options.stop = &g_stop;
   options.weights_out = weights_out;
   options.eval_only = eval_only;

@@ -178,7 +178,13 @@ TEST(TrainerTest, RejectsWhatThisBuildCannotRun) {
 
   o = Collect(SmallSpec(), &c);
   o.world_size = 2;
-  EXPECT_EQ(RunTrainer(o).code(), absl::StatusCode::kUnimplemented);
+  s = RunTrainer(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("--coordinator HOST:PORT"));
+  o.rank = 2;
+  s = RunTrainer(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("rank 2 is not in [0, world size 2)"));
 
   spec = SmallSpec();
   spec.mutable_training()->set_seq_len(64);

@@ -1,0 +1,70 @@
+// Data-parallel training glue between the training loop and a comm::Communicator: one model
+// replica per rank, each on its own slice of every global batch (ArithmeticData::Get by rank),
+// kept identical by
+//   - a broadcast of rank 0's parameters (and FP32 master weights) at the start,
+//   - an all-reduce (average) of the gradients in per-layer buckets, each issued as soon as
+//     Backward() has finished that layer (Model::set_on_bucket_ready), overlapping the rest of
+//     the backward, and waited for before the optimizer step,
+//   - a periodic comparison of parameter checksums across ranks.
+// The loss is averaged across ranks for reporting.
+//
+// Thread-safety: none; used by the training loop's thread. The Model and Backend are not
+// owned and must outlive this object.
+#ifndef BOULDER_WORKER_ENGINE_DATA_PARALLEL_H_
+#define BOULDER_WORKER_ENGINE_DATA_PARALLEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/engine/model.h"
+
+namespace boulder::engine {
+
+class DataParallel {
+ public:
+  // Connects to the other ranks (blocking up to options.timeout) and makes every replica start
+  // from rank 0's parameters. Errors from comm::NewCommunicator and the broadcast.
+  static absl::StatusOr<std::unique_ptr<DataParallel>> Create(const comm::CommOptions& options,
+                                                              kernels::Backend* backend,
+                                                              Model* model);
+  ~DataParallel();
+
+  // Whether the next Model::Backward() all-reduces its gradients bucket by bucket: true for
+  // the last micro-batch of a step (earlier ones only accumulate).
+  void ReduceDuringNextBackward(bool reduce);
+
+  // Waits until every bucket's all-reduce finished; the gradients are then the average over
+  // ranks. Returns the seconds spent waiting (communication not hidden behind the backward).
+  absl::StatusOr<double> FinishGradients();
+
+  // The mean of `local` over the ranks.
+  absl::StatusOr<double> AverageLoss(double local);
+
+  // Compares a checksum of the parameters (and master weights) across ranks and returns the
+  // one they share. INTERNAL naming the ranks whose replica differs from rank 0's, on every
+  // rank.
+  absl::StatusOr<uint64_t> CheckReplicas(int64_t step);
+
+  comm::Communicator* communicator() { return comm_.get(); }
+
+ private:
+  DataParallel(std::unique_ptr<comm::Communicator> comm, kernels::Backend* backend, Model* model);
+  absl::StatusOr<uint64_t> LocalChecksum();
+
+  std::unique_ptr<comm::Communicator> comm_;
+  kernels::Backend* backend_;
+  Model* model_;
+  std::vector<Bucket> buckets_;
+  absl::Status issue_error_;  // the first error from issuing a bucket's all-reduce
+  void* scratch_ = nullptr;   // backend memory for the loss and the checksums
+  size_t scratch_doubles_ = 0;
+};
+
+}  // namespace boulder::engine
+
+#endif  // BOULDER_WORKER_ENGINE_DATA_PARALLEL_H_
