@@ -182,7 +182,9 @@ class DataParallel(unittest.TestCase):
     def test_killing_one_trainer_fails_the_job_naming_the_rank(self):
         job_id = self.submit("--set", "resources.workers=2", "--set", "training.batch_size=3",
                              "--set", "training.steps=1000000",
-                             "--set", "resources.collective_timeout_seconds=10")
+                             "--set", "resources.collective_timeout_seconds=10",
+                             # The failed attempt must end the job here (not restart it).
+                             "--set", "max_restarts=0")
         wait_until(lambda: int(self.c.job(job_id).get("latest_report", {}).get("step", 0)) >= 3,
                    120, f"job {job_id} to report steps")
         victims = [pid for pid, rank in trainers_of(job_id) if rank == 1]
