@@ -39,7 +39,8 @@ class SecurityTest(unittest.TestCase):
         job = wait_until(lambda: (lambda j: j if j.get("state") == "SUCCEEDED" else None)(
             self.c.cli_json_user("alice", "get", self.job_id)), 240, "alice's job to succeed", 0.5)
         self.assertEqual(job.get("owner"), "alice")
-        self.assertEqual(int(job["latestReport"]["step"]), STEPS)
+        report = job.get("latestReport") or job.get("latest_report") or {}
+        self.assertEqual(int(report.get("step", 0)), STEPS, job)
 
     def test_2_no_or_wrong_token_is_unauthenticated(self):
         r = self.c.cli("jobs", check=False)
@@ -48,7 +49,7 @@ class SecurityTest(unittest.TestCase):
         bad = os.path.join(self.c.tmp.name, "bad.token")
         with open(bad, "w") as f:
             f.write("not-a-valid-token-at-all\n")
-        r = self.c.cli("jobs", "--token-file", bad, check=False)
+        r = self.c.cli("jobs", flags=self.c.security.cli + ["--token-file", bad], check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("invalid token", last_line(r))
         env = dict(os.environ, BOULDER_TOKEN="also-not-a-valid-token")
