@@ -244,6 +244,7 @@ TEST_F(CommandsTest, WorkersTableAndJson) {
 
 TEST(UnreachableTest, OneLineNamingTheAddressAndTheFix) {
   ConnectOptions connect;
+  connect.security.insecure = true;
   connect.address = absl::StrCat("127.0.0.1:", UnusedPort());
   std::ostringstream out, err;
   Io io;
@@ -261,6 +262,7 @@ TEST(UnreachableTest, OneLineNamingTheAddressAndTheFix) {
 
 TEST(UnreachableTest, MalformedAddressIsAUsageError) {
   ConnectOptions connect;
+  connect.security.insecure = true;
   connect.address = "localhost";
   std::ostringstream out, err;
   Io io;

@@ -75,6 +75,9 @@ std::string ConnectFailureReason(const grpc::Status& status) {
       {"no such file or directory", "no such socket file"},
       {"cancelling all calls", "the coordinator shut down"},  // grpc::Server::Shutdown
       {"socket closed", "connection closed"},
+      {"handshake failed",
+       "TLS handshake failed: check --tls-ca (and --tls-cert for mutual TLS), or use --insecure "
+       "only against a plaintext coordinator"},
   };
   for (const Known& k : kKnown) {
     if (absl::StrContains(lower, k.needle)) return k.reason;
@@ -99,9 +102,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectOption
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  auto channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
-  std::unique_ptr<Connection> conn(new Connection(options, std::move(channel)));
+  auto channel = common::CreateSecureChannel(options.address, options.security, args);
+  if (!channel.ok()) return channel.status();
+  std::unique_ptr<Connection> conn(new Connection(options, *std::move(channel)));
 
   // Wait for READY, but give up at the first TRANSIENT_FAILURE: a refused connection is
   // reported at once instead of after the whole timeout.
@@ -121,7 +124,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const ConnectOption
   v1::ListWorkersResponse ignored;
   grpc::Status probe = conn->workers().ListWorkers(&context, v1::ListWorkersRequest(), &ignored);
   if (probe.ok()) return conn;
-  if (probe.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+  if (probe.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
+      probe.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      probe.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
     return conn->RpcError(probe, "ListWorkers");
   }
   if (state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
@@ -156,6 +161,10 @@ absl::Status Connection::RpcError(const grpc::Status& status, absl::string_view 
       return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", options_.address,
                                                       " did not answer ", method, " within ",
                                                       SecondsText(options_.rpc_timeout)));
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::UnauthenticatedError(
+          absl::StrCat("the coordinator at ", options_.address, " refused ", method, ": ",
+                       status.error_message(), " (set --token-file or ", common::kEnvToken, ")"));
     case grpc::StatusCode::UNIMPLEMENTED:
       return absl::UnimplementedError(
           absl::StrCat("the server at ", options_.address, " does not implement ", method,

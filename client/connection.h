@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "boulder/v1/job.grpc.pb.h"
 #include "boulder/v1/worker.grpc.pb.h"
+#include "common/grpc_security.h"
 
 namespace boulder::client {
 
@@ -50,13 +51,16 @@ struct ConnectOptions {
   absl::Duration connect_timeout = absl::Seconds(3);
   // Deadline of each unary RPC.
   absl::Duration rpc_timeout = absl::Seconds(30);
+  // TLS (or, explicitly, plaintext) and the user's bearer token.
+  common::ChannelSecurityOptions security;
 };
 
 class Connection {
  public:
-  // Creates an insecure channel and waits until it is connected.
-  // INVALID_ARGUMENT for a malformed address; UNAVAILABLE ("cannot reach the coordinator at
-  // ...") when no connection is made within options.connect_timeout.
+  // Creates a channel with options.security and waits until it is connected.
+  // INVALID_ARGUMENT for a malformed address or bad TLS options; UNAUTHENTICATED or
+  // PERMISSION_DENIED when the coordinator refuses the token; UNAVAILABLE ("cannot reach the
+  // coordinator at ...") when no connection is made within options.connect_timeout.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(const ConnectOptions& options);
 
   v1::JobService::Stub& jobs() { return *jobs_; }

@@ -1,5 +1,6 @@
 #include "client/connection.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace boulder::client {
@@ -51,8 +52,11 @@ TEST(ConnectFailureReasonTest, KnownGrpcMessages) {
 
 TEST(ConnectFailureReasonTest, UnknownMessagesKeepTheirLastClause) {
   EXPECT_EQ(ConnectFailureReason(
-                grpc::Status(grpc::StatusCode::UNAVAILABLE, "failed to connect: Handshake Failed")),
-            "handshake failed");
+                grpc::Status(grpc::StatusCode::UNAVAILABLE, "failed to connect: Broken Pipe")),
+            "broken pipe");
+  EXPECT_THAT(ConnectFailureReason(
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE, "failed to connect: Handshake Failed")),
+              ::testing::StartsWith("TLS handshake failed: check --tls-ca"));
   EXPECT_EQ(ConnectFailureReason(grpc::Status(grpc::StatusCode::UNAVAILABLE, "")), "unavailable");
   EXPECT_EQ(
       ConnectFailureReason(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded")),

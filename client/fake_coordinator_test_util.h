@@ -229,6 +229,7 @@ class CommandsTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
     ASSERT_GT(port, 0);
     connect_.address = absl::StrCat("127.0.0.1:", port);
+    connect_.security.insecure = true;
 
     jobs_.job.set_id(7);
     jobs_.job.set_name("minigpt");

@@ -15,6 +15,7 @@
 #include "client/connection.h"
 #include "client/keyboard.h"
 #include "common/env.h"
+#include "common/grpc_security.h"
 
 namespace boulder::client {
 namespace {
@@ -43,7 +44,8 @@ void AddJobId(CLI::App* command, int64_t* job_id) {
 std::string UnknownCommand(const CLI::App& app, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--coordinator") {
+    if (arg == "--coordinator" || arg == "--token-file" || arg == "--tls-ca" ||
+        arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-server-name") {
       ++i;  // its value
       continue;
     }
@@ -63,6 +65,24 @@ int Main(int argc, char** argv) {
   app.add_option("--coordinator", coordinator,
                  std::string("coordinator address HOST:PORT (default: $") +
                      common::kEnvCoordinator + ", else " + kDefaultCoordinator + ")");
+  std::string token_file;
+  common::ChannelSecurityOptions security;
+  app.add_option(
+      "--token-file", token_file,
+      std::string("file holding your bearer token (default: $") + common::kEnvToken + ")");
+  app.add_option("--tls-ca", security.ca_file,
+                 std::string("PEM CA that signed the coordinator's certificate (default: $") +
+                     common::kEnvTlsCa + ", else the system's roots)");
+  app.add_option(
+      "--tls-cert", security.cert_file,
+      std::string("PEM client certificate for mutual TLS (default: $") + common::kEnvTlsCert + ")");
+  app.add_option("--tls-key", security.key_file,
+                 std::string("PEM key of --tls-cert (default: $") + common::kEnvTlsKey + ")");
+  app.add_option("--tls-server-name", security.server_name_override,
+                 "verify the coordinator's certificate for this name instead of the host");
+  app.add_flag("--insecure", security.insecure,
+               std::string("plaintext, no TLS (also $") + common::kEnvInsecure +
+                   "=1): only against a coordinator started with --insecure");
 
   SubmitOptions submit;
   CLI::App* submit_cmd = app.add_subcommand("submit", "submit a job spec (YAML)");
@@ -153,6 +173,27 @@ int Main(int argc, char** argv) {
 
   ConnectOptions connect;
   connect.address = ResolveCoordinator(coordinator, std::getenv(common::kEnvCoordinator));
+  auto env_or = [](std::string* value, const char* env) {
+    const char* v = std::getenv(env);
+    if (value->empty() && v != nullptr) *value = v;
+  };
+  if (!security.insecure) {
+    const char* v = std::getenv(common::kEnvInsecure);
+    security.insecure = v != nullptr && (std::string(v) == "1" || std::string(v) == "true");
+    if (!security.insecure) {
+      env_or(&security.ca_file, common::kEnvTlsCa);
+      env_or(&security.cert_file, common::kEnvTlsCert);
+      env_or(&security.key_file, common::kEnvTlsKey);
+    }
+  }
+  auto token = common::LoadToken(token_file, common::kEnvToken, "--token-file");
+  if (!token.ok()) {
+    std::cerr << "boulder: " << token.status().message() << "\n";
+    return kExitUsage;
+  }
+  security.token = *std::move(token);
+  connect.security = std::move(security);
+  if (connect.security.insecure) std::cerr << "boulder: " << common::kInsecureWarning << "\n";
   Io io;
   io.out = &std::cout;
   io.err = &std::cerr;

@@ -15,6 +15,22 @@ inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";
 
+// The CLI user's bearer token, when --token-file is not given (see README, Security).
+inline constexpr char kEnvToken[] = "BOULDER_TOKEN";
+
+// The worker join token, when boulder-worker's --join-token-file is not given.
+inline constexpr char kEnvJoinToken[] = "BOULDER_JOIN_TOKEN";
+
+// The CLI's TLS files when --tls-ca / --tls-cert / --tls-key are not given: the CA that signed
+// the coordinator's certificate (default: the system's roots) and a client certificate and key
+// for coordinators that require one.
+inline constexpr char kEnvTlsCa[] = "BOULDER_TLS_CA";
+inline constexpr char kEnvTlsCert[] = "BOULDER_TLS_CERT";
+inline constexpr char kEnvTlsKey[] = "BOULDER_TLS_KEY";
+
+// "1" (or "true"): the CLI talks plaintext to the coordinator, like --insecure.
+inline constexpr char kEnvInsecure[] = "BOULDER_INSECURE";
+
 }  // namespace boulder::common
 
 #endif  // BOULDER_COMMON_ENV_H_

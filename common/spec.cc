@@ -10,6 +10,7 @@
 #include <exception>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace boulder::common {
@@ -339,23 +341,74 @@ absl::Status FillMessage(const YAML::Node& node, Message* message, const std::st
   return absl::OkStatus();
 }
 
+// Counts a stream's documents without building them, and notices where yaml-cpp (0.7) stops
+// making progress: on a ',' outside a flow collection its parser returns an empty document
+// at the same place forever instead of failing, which YAML::LoadAll turns into an endless
+// loop that allocates without bound.
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    stuck_ = documents_ > 0 && mark.pos == last_start_.pos;
+    last_start_ = mark;
+    ++documents_;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { last_null_ = mark; }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  int documents() const { return documents_; }
+  bool stuck() const { return stuck_; }
+  const YAML::Mark& stuck_at() const { return last_null_; }
+
+ private:
+  int documents_ = 0;
+  bool stuck_ = false;
+  YAML::Mark last_start_;
+  YAML::Mark last_null_;
+};
+
 // Parses `text` as one YAML document; `what` names it in errors ("" for a spec document).
 absl::StatusOr<YAML::Node> LoadYaml(absl::string_view text, absl::string_view path,
                                     absl::string_view what) {
-  std::vector<YAML::Node> documents;
+  // More than this many documents is reported without counting on.
+  constexpr int kMaxDocuments = 100;
+  auto syntax_error = [&](const YAML::Mark& mark, absl::string_view msg) {
+    return Invalid(path, absl::StrCat("YAML syntax error", what, " at line ", mark.line + 1,
+                                      ", column ", mark.column + 1, ": ", msg));
+  };
+  const std::string owned(text);
+  YAML::Node document;
+  int documents = 0;
   try {
-    documents = YAML::LoadAll(std::string(text));
+    std::istringstream stream(owned);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    while (counter.documents() <= kMaxDocuments && parser.HandleNextDocument(counter)) {
+      if (counter.stuck()) return syntax_error(counter.stuck_at(), "unexpected ','");
+    }
+    documents = counter.documents();
+    if (documents == 1) document = YAML::Load(owned);
   } catch (const YAML::ParserException& e) {
-    return Invalid(path, absl::StrCat("YAML syntax error", what, " at line ", e.mark.line + 1,
-                                      ", column ", e.mark.column + 1, ": ", e.msg));
+    return syntax_error(e.mark, e.msg);
   } catch (const std::exception& e) {
     return Invalid(path, absl::StrCat("cannot read YAML", what, ": ", e.what()));
   }
-  if (documents.size() > 1) {
-    return Invalid(path, absl::StrCat(documents.size(), " YAML documents", what, "; expected one"));
+  if (documents > kMaxDocuments) {
+    return Invalid(
+        path, absl::StrCat("more than ", kMaxDocuments, " YAML documents", what, "; expected one"));
   }
-  if (documents.empty()) return YAML::Node();
-  return documents[0];
+  if (documents > 1) {
+    return Invalid(path, absl::StrCat(documents, " YAML documents", what, "; expected one"));
+  }
+  return document;
 }
 
 // Double and float text that reads back to the same value, as short as possible.

@@ -293,6 +293,23 @@ TEST(SpecParseTest, DuplicateKeys) {
   EXPECT_THAT(ParseStatus("model: {}\nmodel: {}\n"), IsInvalid("model: duplicate key"));
 }
 
+// yaml-cpp 0.7 loops forever (allocating) on a ',' outside a flow collection; found by the
+// fuzz target (common/fuzz). These must fail fast instead.
+TEST(SpecParseTest, StrayCommaIsASyntaxErrorNotAHang) {
+  EXPECT_THAT(ParseStatus(","), IsInvalid("spec: YAML syntax error at line 1, column 1: "
+                                          "unexpected ','"));
+  EXPECT_THAT(ParseStatus("# The seed job\n,FFN 307,2\n"),
+              IsInvalid("spec: YAML syntax error at line 2, column 1: unexpected ','"));
+  EXPECT_THAT(ParseStatus("model:\n  - a\n,"), IsInvalid(StartsWith("spec: YAML syntax error")));
+  EXPECT_THAT(ParseStatus("name: a\n---\n,"), IsInvalid(StartsWith("spec: YAML syntax error")));
+  EXPECT_THAT(ParseStatus("&a ,"), IsInvalid(StartsWith("spec: YAML syntax error")));
+  v1::JobSpec spec;
+  EXPECT_EQ(ApplyOverride(&spec, "model=,").code(), absl::StatusCode::kInvalidArgument);
+  std::string many;
+  for (int i = 0; i < 150; ++i) many += "---\nname: a\n";
+  EXPECT_THAT(ParseStatus(many), IsInvalid("spec: more than 100 YAML documents; expected one"));
+}
+
 TEST(SpecParseTest, DocumentLevelErrors) {
   EXPECT_THAT(ParseStatus(""), IsInvalid(StartsWith("spec: empty document")));
   EXPECT_THAT(ParseStatus("# only a comment\n"), IsInvalid(StartsWith("spec: empty document")));

@@ -26,13 +26,28 @@ wait_for() {  # wait_for FILE REGEX SECONDS -> prints the first match
   done
 }
 
-"$BIN/boulder-coordinator" --listen 127.0.0.1:0 --db "$STATE/quickstart.db" >"$LOG/coordinator.log" 2>&1 &
+# TLS and tokens as in production: a CA and certificates for 127.0.0.1 (scripts/gen-certs.sh)
+# and a tokens file with one admin user and a worker join token, made once under .boulder/.
+if [ ! -f "$STATE/pki/server.pem" ]; then scripts/gen-certs.sh "$STATE/pki" >/dev/null; fi
+if [ ! -f "$STATE/tokens" ]; then
+  (umask 077
+   openssl rand -hex 32 >"$STATE/user.token"
+   openssl rand -hex 32 >"$STATE/join.token"
+   printf 'user %s %s admin\nworker %s\n' quickstart "$(cat "$STATE/user.token")" \
+     "$(cat "$STATE/join.token")" >"$STATE/tokens")
+fi
+export BOULDER_TLS_CA=$STATE/pki/ca.pem BOULDER_TOKEN=$(cat "$STATE/user.token")
+
+"$BIN/boulder-coordinator" --listen 127.0.0.1:0 --db "$STATE/quickstart.db" \
+  --tls-cert "$STATE/pki/server.pem" --tls-key "$STATE/pki/server.key" \
+  --auth-file "$STATE/tokens" >"$LOG/coordinator.log" 2>&1 &
 pids+=($!)
 ADDR=$(wait_for "$LOG/coordinator.log" '127\.0\.0\.1:[0-9]+' 30)
 export BOULDER_COORDINATOR=$ADDR
 echo "coordinator on $ADDR (database $STATE/quickstart.db, log $LOG/coordinator.log)"
 
-"$BIN/boulder-worker" --coordinator "$ADDR" --backend auto --work-dir "$STATE/worker" >"$LOG/worker.log" 2>&1 &
+"$BIN/boulder-worker" --coordinator "$ADDR" --backend auto --work-dir "$STATE/worker" \
+  --tls-ca "$STATE/pki/ca.pem" --join-token-file "$STATE/join.token" >"$LOG/worker.log" 2>&1 &
 pids+=($!)
 wait_for "$LOG/worker.log" 'registered.*' 30
 

@@ -7,6 +7,8 @@ PKGS=(
   libabsl-dev prometheus-cpp-dev libsqlite3-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libgloo-dev libopenblas-dev libcli11-dev
   prometheus tmux python3
+  # The spec parser's fuzz target (clang's libFuzzer) and the tests' TLS certificates.
+  clang libclang-rt-dev openssl
 )
 # kubectl renders the Kubernetes manifests in tests/deploy; a kubectl already installed is kept
 # (kubernetes-client ships /usr/bin/kubectl too, and dpkg refuses to overwrite another package's).

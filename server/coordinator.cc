@@ -168,7 +168,8 @@ void Coordinator::RefreshGauges(bool jobs, bool workers) {
   }
 }
 
-absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
+absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& request,
+                                               const std::string& owner) {
   absl::StatusOr<v1::JobSpec> spec;
   if (!request.spec_yaml().empty()) {
     if (request.spec_yaml().size() > common::kMaxSpecBytes) {
@@ -195,6 +196,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
   v1::Job job;
   job.set_name(spec->name());
   job.set_state(v1::QUEUED);
+  job.set_owner(owner);
   *job.mutable_spec() = *std::move(spec);
   *job.mutable_create_time() = ToProto(Now());
   Update u;
@@ -218,7 +220,8 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(int64_t job_id) {
   return store_->GetJob(job_id);
 }
 
-absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(const v1::ListJobsRequest& request) {
+absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(
+    const v1::ListJobsRequest& request, const std::optional<std::string>& owner) {
   if (request.limit() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("limit: must not be negative, got ", request.limit()));
@@ -226,7 +229,7 @@ absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs(const v1::ListJobsReq
   std::vector<v1::JobState> states;
   for (int s : request.states()) states.push_back(static_cast<v1::JobState>(s));
   absl::MutexLock lock(&mu_);
-  return store_->ListJobs(states, request.limit(), JobStore::Order::kNewestFirst);
+  return store_->ListJobs(states, request.limit(), JobStore::Order::kNewestFirst, owner);
 }
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(int64_t job_id) {

@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,11 +105,13 @@ class Coordinator {
   // --- Jobs. NOT_FOUND "job 42 not found" for unknown ids.
 
   // Validates and resolves the spec (INVALID_ARGUMENT with the field path), stores the job
-  // QUEUED and commits before returning it.
-  absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request);
+  // QUEUED (owned by `owner`, "" without authentication) and commits before returning it.
+  absl::StatusOr<v1::Job> SubmitJob(const v1::SubmitJobRequest& request,
+                                    const std::string& owner = "");
   absl::StatusOr<v1::Job> GetJob(int64_t job_id);
-  // Newest first. INVALID_ARGUMENT for a negative limit.
-  absl::StatusOr<std::vector<v1::Job>> ListJobs(const v1::ListJobsRequest& request);
+  // Newest first; only `owner`'s jobs when given. INVALID_ARGUMENT for a negative limit.
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(const v1::ListJobsRequest& request,
+                                                const std::optional<std::string>& owner = {});
   // FAILED_PRECONDITION "job 3 already SUCCEEDED" for a finished job.
   absl::StatusOr<v1::Job> CancelJob(int64_t job_id);
   absl::StatusOr<std::vector<v1::LogLine>> GetJobLogs(int64_t job_id);

@@ -124,7 +124,8 @@ class Child {
 
 std::vector<std::string> Args(const std::string& listen, const std::string& db,
                               std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {BOULDER_COORDINATOR_BIN, "--listen", listen, "--db", db};
+  std::vector<std::string> args = {
+      BOULDER_COORDINATOR_BIN, "--listen", listen, "--db", db, "--insecure"};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }
@@ -235,7 +236,7 @@ TEST(CoordinatorMainTest, StartUpErrorsExitWithTheReason) {
   EXPECT_EQ(WEXITSTATUS(status), 1);
   EXPECT_THAT(slow.output(), HasSubstr("the interval shorter than the timeout"));
 
-  Child no_db({BOULDER_COORDINATOR_BIN, "--listen", "127.0.0.1:0"});
+  Child no_db({BOULDER_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--insecure"});
   status = no_db.Wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -15,7 +16,7 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 constexpr int kBusyTimeoutMs = 5000;
 
 constexpr char kSchema[] = R"sql(
@@ -51,12 +52,22 @@ CREATE TABLE workers (
 PRAGMA user_version = 1;
 )sql";
 
+// Version 1 -> 2: jobs record the user who submitted them ('' for jobs from before, or from a
+// coordinator without authentication).
+constexpr char kMigrateTo2[] = R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_by_owner ON jobs(owner, id);
+PRAGMA user_version = 2;
+)sql";
+
 constexpr char kJobColumns[] =
     "id, name, state, spec, message, create_time, start_time, end_time, attempt, workers, "
-    "latest_report, generation";
+    "latest_report, generation, owner";
+// The owner is written once, at insert; kUpdateJob leaves it alone.
 constexpr char kInsertJob[] =
     "INSERT INTO jobs (name, state, spec, message, create_time, start_time, end_time, attempt, "
-    "workers, latest_report, generation) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    "workers, latest_report, generation, owner) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 constexpr char kUpdateJob[] =
     "UPDATE jobs SET name = ?1, state = ?2, spec = ?3, message = ?4, create_time = ?5, "
     "start_time = ?6, end_time = ?7, attempt = ?8, workers = ?9, latest_report = ?10, "
@@ -64,7 +75,7 @@ constexpr char kUpdateJob[] =
 // Same columns as kJobColumns.
 constexpr char kGetJob[] =
     "SELECT id, name, state, spec, message, create_time, start_time, end_time, attempt, "
-    "workers, latest_report, generation FROM jobs WHERE id = ?1";
+    "workers, latest_report, generation, owner FROM jobs WHERE id = ?1";
 constexpr char kCountJobs[] = "SELECT state, COUNT(*) FROM jobs GROUP BY state";
 constexpr char kLastSeq[] = "SELECT COALESCE(MAX(seq), 0) FROM job_events WHERE job_id = ?1";
 constexpr char kInsertEvent[] =
@@ -172,6 +183,7 @@ absl::StatusOr<v1::Job> ReadJob(sqlite3_stmt* s) {
   if (sqlite3_column_type(s, 11) != SQLITE_NULL && !ParseColumn(s, 11, job.mutable_generation())) {
     return absl::DataLossError(absl::StrCat("job ", job.id(), ": corrupt generation"));
   }
+  job.set_owner(ColumnText(s, 12));
   return job;
 }
 
@@ -255,7 +267,11 @@ absl::Status JobStore::Init() {
         "schema version ", version, " is newer than this coordinator's (", kSchemaVersion, ")"));
   }
   if (version == 0) {
-    return Transaction([&] { return Exec(kSchema); });
+    if (absl::Status s = Transaction([&] { return Exec(kSchema); }); !s.ok()) return s;
+    version = 1;
+  }
+  if (version == 1) {
+    if (absl::Status s = Transaction([&] { return Exec(kMigrateTo2); }); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -287,6 +303,7 @@ absl::StatusOr<int64_t> JobStore::InsertJob(const v1::Job& job) {
   if (!s.ok()) return s.status();
   Reset reset(*s);
   BindJob(*s, job);
+  BindText(*s, 12, job.owner());
   if (int rc = sqlite3_step(*s); rc != SQLITE_DONE) return Error(rc, "insert job");
   return sqlite3_last_insert_rowid(db_);
 }
@@ -316,13 +333,17 @@ absl::StatusOr<v1::Job> JobStore::GetJob(int64_t id) {
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::JobState>& states,
-                                                        int limit, Order order) {
+                                                        int limit, Order order,
+                                                        const std::optional<std::string>& owner) {
   // The filter's arity varies, so this statement is prepared per call rather than cached.
   std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs");
+  std::vector<std::string> where;
   if (!states.empty()) {
     std::vector<std::string> marks(states.size(), "?");
-    absl::StrAppend(&sql, " WHERE state IN (", absl::StrJoin(marks, ", "), ")");
+    where.push_back(absl::StrCat("state IN (", absl::StrJoin(marks, ", "), ")"));
   }
+  if (owner.has_value()) where.push_back("owner = ?");
+  if (!where.empty()) absl::StrAppend(&sql, " WHERE ", absl::StrJoin(where, " AND "));
   absl::StrAppend(&sql, " ORDER BY id ", order == Order::kNewestFirst ? "DESC" : "ASC", " LIMIT ?");
   sqlite3_stmt* raw = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, &raw, nullptr);
@@ -330,6 +351,7 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs(const std::vector<v1::Jo
   if (rc != SQLITE_OK) return Error(rc, "prepare list jobs");
   int i = 1;
   for (v1::JobState state : states) sqlite3_bind_int(raw, i++, state);
+  if (owner.has_value()) BindText(raw, i++, *owner);
   sqlite3_bind_int(raw, i, limit > 0 ? limit : -1);
   std::vector<v1::Job> jobs;
   while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {

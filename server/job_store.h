@@ -6,11 +6,11 @@
 // locking mode: a second coordinator on the same file fails at Open instead of scheduling the
 // same jobs twice.
 //
-// Schema (PRAGMA user_version 1):
+// Schema (PRAGMA user_version 2; a version-1 file is migrated at Open):
 //   jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, name, state, spec BLOB (JobSpec), message,
 //        create_time, start_time, end_time (unix microseconds, 0 = unset), attempt,
 //        workers (worker ids by rank, '\n'-separated), latest_report BLOB (StepReport),
-//        generation BLOB (GenerationResult))
+//        generation BLOB (GenerationResult), owner (the submitting user; '' without auth))
 //   job_events(job_id, seq, time, kind, event BLOB (JobEvent), PRIMARY KEY(job_id, seq))
 //   workers(id PRIMARY KEY, capabilities BLOB, state, last_heartbeat, register_time, job_id,
 //           rank)
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,8 @@ class JobStore {
   // (its error is returned). Not reentrant. Calls outside a transaction commit on their own.
   absl::Status Transaction(absl::FunctionRef<absl::Status()> body);
 
-  // Inserts `job` (its id is ignored) and returns the id SQLite assigned: 1, 2, 3...
+  // Inserts `job` (its id is ignored; its owner is kept for good) and returns the id SQLite
+  // assigned: 1, 2, 3...
   absl::StatusOr<int64_t> InsertJob(const v1::Job& job);
 
   // Overwrites the row of job `job.id()`. NOT_FOUND if there is none.
@@ -68,9 +70,11 @@ class JobStore {
   // NOT_FOUND "job 42 not found".
   absl::StatusOr<v1::Job> GetJob(int64_t id);
 
-  // Jobs in any of `states` (all when empty), at most `limit` (all when 0).
+  // Jobs in any of `states` (all when empty), at most `limit` (all when 0), only those of
+  // `owner` when it is given.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(const std::vector<v1::JobState>& states, int limit,
-                                                Order order);
+                                                Order order,
+                                                const std::optional<std::string>& owner = {});
 
   // Job counts by state (states without jobs are absent).
   absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState();

@@ -243,12 +243,12 @@ TEST(JobStoreTest, NewerSchemaIsRefused) {
   TempDir dir;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(dir.File("db").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 3", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   auto store = JobStore::Open(dir.File("db"));
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(),
-              HasSubstr("schema version 2 is newer than this coordinator's (1)"));
+              HasSubstr("schema version 3 is newer than this coordinator's (2)"));
 }
 
 TEST(JobStoreTest, UnopenableFileIsAPrecondition) {

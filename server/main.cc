@@ -28,6 +28,19 @@ int main(int argc, char** argv) {
                  "How often workers are told to heartbeat")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--health-listen", options.health_listen,
+                 "Plaintext gRPC address serving only grpc.health.v1.Health (for probes that "
+                 "cannot speak TLS); none when not given");
+  app.add_option("--tls-cert", options.security.cert_file,
+                 "PEM certificate chain the coordinator presents (TLS)");
+  app.add_option("--tls-key", options.security.key_file, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", options.security.client_ca_file,
+                 "PEM CA bundle: require client certificates signed by it (mutual TLS)");
+  app.add_option("--auth-file", options.auth_file,
+                 "Users and worker join tokens (see README, Security); required unless --insecure");
+  app.add_flag("--insecure", options.security.insecure,
+               "Plaintext gRPC without TLS (and no authentication unless --auth-file): for "
+               "development on a trusted host only");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,6 +42,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                      ") must be positive, the interval shorter than the timeout"));
   }
   if (options.db_path.empty()) return absl::InvalidArgumentError("db: a path is required");
+  std::string health_host;
+  if (!options.health_listen.empty()) {
+    auto h = HostOf(options.health_listen, "health_listen");
+    if (!h.ok()) return h.status();
+    health_host = *std::move(h);
+  }
   std::string metrics_host;
   if (!options.metrics_listen.empty()) {
     auto h = HostOf(options.metrics_listen, "metrics_listen");
@@ -49,7 +55,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     metrics_host = *std::move(h);
   }
 
+  auto credentials = common::MakeServerCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  std::unique_ptr<Authenticator> auth;
+  if (!options.auth_file.empty()) {
+    auto a = Authenticator::LoadFile(options.auth_file);
+    if (!a.ok()) return a.status();
+    auth = *std::move(a);
+  } else if (!options.security.insecure) {
+    return absl::InvalidArgumentError(
+        "auth_file: a tokens file is required (authentication may be off only with --insecure)");
+  }
+
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->auth_ = std::move(auth);
   s->shutdown_grace_ = options.shutdown_grace;
   // Often enough that a lost worker is noticed well within 10% of the timeout.
   s->liveness_period_ =
@@ -87,9 +106,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   s->weights_ = *std::move(weights);
 
   s->job_service_ =
-      std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get(), s->weights_.get());
+      std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->metrics_.get(),
+                                       s->weights_.get(), s->auth_.get());
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->coordinator_.get(), s->metrics_.get(),
-                                                           s->weights_.get());
+                                                           s->weights_.get(), s->auth_.get());
   RendezvousOptions ropts;
   ropts.check_scope = [coordinator = s->coordinator_.get()](int64_t job_id,
                                                             int32_t attempt) -> absl::Status {
@@ -109,7 +129,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // Without this, gRPC sets SO_REUSEPORT and a second coordinator could share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  common::SetServerMessageLimits(&builder);
+  builder.AddListeningPort(options.listen, *credentials, &port);
   builder.RegisterService(s->job_service_.get());
   builder.RegisterService(s->worker_service_.get());
   builder.RegisterService(s->rendezvous_service_.get());
@@ -118,6 +139,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", options.listen));
   }
   s->address_ = absl::StrCat(*host, ":", port);
+  if (!options.health_listen.empty()) {
+    // Health only: no job or worker service is reachable without TLS and a token here.
+    grpc::ServerBuilder health;
+    health.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health.SetMaxReceiveMessageSize(4096);
+    int health_port = 0;
+    health.AddListeningPort(options.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    s->health_server_ = health.BuildAndStart();
+    if (s->health_server_ == nullptr || health_port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("health_listen: cannot listen on ", options.health_listen));
+    }
+    s->health_address_ = absl::StrCat(health_host, ":", health_port);
+    s->health_server_->GetHealthCheckService()->SetServingStatus(true);
+  }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   s->liveness_ = std::thread([raw = s.get()] { raw->LivenessLoop(); });
   return s;
@@ -144,6 +180,7 @@ void CoordinatorServer::Shutdown() {
     if (stopped_) return;
     stopped_ = true;
   }
+  if (health_server_ != nullptr) health_server_->GetHealthCheckService()->SetServingStatus(false);
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     server_->Shutdown(std::chrono::system_clock::now() +
@@ -159,6 +196,10 @@ void CoordinatorServer::Shutdown() {
       std::cerr << "boulder-coordinator: saving worker state: " << s << std::endl;
     }
   }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_.reset();
+  }
   server_.reset();
   exposer_.reset();
   worker_service_.reset();
@@ -173,6 +214,12 @@ int Run(const ServerOptions& options) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (options.security.insecure) std::cerr << common::kInsecureWarning << std::endl;
+  if (options.auth_file.empty()) {
+    std::cerr << "WARNING: no --auth-file: authentication is off; every caller may submit, "
+                 "read and cancel every job and act as a worker."
+              << std::endl;
+  }
   auto server = CoordinatorServer::Start(options);
   if (!server.ok()) {
     std::cerr << "boulder-coordinator: " << server.status().message() << std::endl;
@@ -181,6 +228,9 @@ int Run(const ServerOptions& options) {
   std::cout << "boulder-coordinator listening on " << (*server)->address() << std::endl;
   if (!(*server)->metrics_address().empty()) {
     std::cout << "metrics on " << (*server)->metrics_address() << std::endl;
+  }
+  if (!(*server)->health_address().empty()) {
+    std::cout << "health on " << (*server)->health_address() << std::endl;
   }
   int sig = 0;
   sigwait(&signals, &sig);

@@ -75,6 +75,7 @@ class ServerTest : public ::testing::Test {
   // Only the metrics test serves metrics: the HTTP server takes up to 2 s to stop.
   void StartServer(absl::Duration heartbeat_timeout = absl::Seconds(10), bool metrics = false) {
     ServerOptions options;
+    options.security.insecure = true;
     options.listen = "127.0.0.1:0";
     if (metrics) options.metrics_listen = "127.0.0.1:0";
     options.db_path = dir_.File("boulder.db");
@@ -198,6 +199,7 @@ class ServerTest : public ::testing::Test {
 TEST(ServerStartTest, RejectsBadOptions) {
   TempDir dir;
   ServerOptions options;
+  options.security.insecure = true;
   options.db_path = dir.File("db");
   options.listen = "localhost";
   absl::Status s = CoordinatorServer::Start(options).status();

@@ -5,7 +5,11 @@
 // Unary handlers run the Coordinator call inline on the gRPC callback thread: each is a short
 // critical section plus at most one SQLite commit.
 //
-// Thread-safe. `coordinator` and `metrics` are not owned and must outlive the grpc::Server.
+// Every RPC authenticates and authorizes its caller first with `auth` (server/auth.h says
+// the rules); a null `auth` turns that off (every caller is an anonymous admin).
+//
+// Thread-safe. `coordinator`, `metrics` and `auth` are not owned and must outlive the
+// grpc::Server.
 #ifndef BOULDER_SERVER_SERVICES_H_
 #define BOULDER_SERVER_SERVICES_H_
 
@@ -13,6 +17,7 @@
 
 #include "boulder/v1/job.grpc.pb.h"
 #include "boulder/v1/worker.grpc.pb.h"
+#include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/metrics.h"
 #include "server/weights_store.h"
@@ -21,9 +26,11 @@ namespace boulder::server {
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  // `weights` is not owned; it may be null (ExportWeights is then UNIMPLEMENTED).
-  JobServiceImpl(Coordinator* coordinator, ServerMetrics* metrics, WeightsStore* weights = nullptr)
-      : coordinator_(coordinator), metrics_(metrics), weights_(weights) {}
+  // `weights` and `auth` are not owned; either may be null (ExportWeights is then
+  // UNIMPLEMENTED; without an Authenticator every call is allowed).
+  JobServiceImpl(Coordinator* coordinator, ServerMetrics* metrics, WeightsStore* weights = nullptr,
+                 const Authenticator* auth = nullptr)
+      : coordinator_(coordinator), metrics_(metrics), weights_(weights), auth_(auth) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -46,16 +53,23 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                           v1::ExportWeightsResponse* response) override;
 
  private:
+  // The caller, who must be a user.
+  absl::StatusOr<Principal> UserCaller(grpc::CallbackServerContext* context) const;
+  // The caller must be a user who may `action` job `job_id` (its owner or an admin).
+  absl::Status Authorize(grpc::CallbackServerContext* context, int64_t job_id,
+                         absl::string_view action) const;
+
   Coordinator* const coordinator_;
   ServerMetrics* const metrics_;
   WeightsStore* const weights_;
+  const Authenticator* const auth_;
 };
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
   WorkerServiceImpl(Coordinator* coordinator, ServerMetrics* metrics,
-                    WeightsStore* weights = nullptr)
-      : coordinator_(coordinator), metrics_(metrics), weights_(weights) {}
+                    WeightsStore* weights = nullptr, const Authenticator* auth = nullptr)
+      : coordinator_(coordinator), metrics_(metrics), weights_(weights), auth_(auth) {}
 
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext* context,
                                            const v1::RegisterWorkerRequest* request,
@@ -77,9 +91,13 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
                                           v1::UploadWeightsResponse* response) override;
 
  private:
+  // The caller must hold a worker join token.
+  absl::Status Authorize(grpc::CallbackServerContext* context) const;
+
   Coordinator* const coordinator_;
   ServerMetrics* const metrics_;
   WeightsStore* const weights_;
+  const Authenticator* const auth_;
 };
 
 }  // namespace boulder::server

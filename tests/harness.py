@@ -84,12 +84,71 @@ def wait_until(fn, timeout, what, interval=0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+class Security:
+    """How a Cluster's processes talk: the flags each kind of process gets.
+
+    The default is plaintext without authentication, asked for explicitly with --insecure as
+    the binaries require. Security.tls() makes certificates (scripts/gen-certs.sh) and a
+    tokens file in `tmp` for TLS (optionally mutual) with bearer tokens.
+    """
+
+    def __init__(self):
+        self.coordinator = ["--insecure"]
+        self.worker = ["--insecure"]
+        self.cli = ["--insecure"]
+        self.tokens = {}  # user name (or "worker") -> token
+        self.files = {}
+
+    @staticmethod
+    def tls(repo, tmp, mutual=False, users=(("alice", False), ("bob", False), ("root", True))):
+        sec = Security()
+        pki = os.path.join(tmp, "pki")
+        subprocess.run([os.path.join(repo, "scripts", "gen-certs.sh"), pki], check=True,
+                       capture_output=True, timeout=60)
+        lines = []
+        for name, admin in users:
+            token = f"{name}-" + os.urandom(16).hex()
+            sec.tokens[name] = token
+            lines.append(f"user {name} {token}" + (" admin" if admin else ""))
+            path = os.path.join(tmp, f"{name}.token")
+            with open(path, "w") as f:
+                f.write(token + "\n")
+            sec.files[name] = path
+        join = "join-" + os.urandom(16).hex()
+        sec.tokens["worker"] = join
+        lines.append(f"worker {join}")
+        sec.files["worker"] = os.path.join(tmp, "join.token")
+        with open(sec.files["worker"], "w") as f:
+            f.write(join + "\n")
+        sec.files["auth"] = os.path.join(tmp, "tokens")
+        with open(sec.files["auth"], "w") as f:
+            f.write("\n".join(lines) + "\n")
+        sec.files.update({k: os.path.join(pki, k) for k in
+                          ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")})
+        sec.coordinator = ["--tls-cert", sec.files["server.pem"], "--tls-key",
+                           sec.files["server.key"], "--auth-file", sec.files["auth"]]
+        client_cert = []
+        if mutual:
+            sec.coordinator += ["--tls-client-ca", sec.files["ca.pem"]]
+            client_cert = ["--tls-cert", sec.files["client.pem"], "--tls-key",
+                           sec.files["client.key"]]
+        sec.worker = ["--tls-ca", sec.files["ca.pem"], "--join-token-file",
+                      sec.files["worker"]] + client_cert
+        sec.cli = ["--tls-ca", sec.files["ca.pem"]] + client_cert
+        return sec
+
+
 class Cluster:
     """A coordinator (port 0, temp SQLite) and N workers, all on 127.0.0.1."""
 
-    def __init__(self, bin_dir, workers=1, worker_args=(), coordinator_args=()):
+    def __init__(self, bin_dir, workers=1, worker_args=(), coordinator_args=(),
+                 security=None, repo=None, mutual_tls=False):
+        """With repo set and security="tls", makes certificates and tokens (Security.tls)."""
         self.bin = bin_dir
         self.tmp = tempfile.TemporaryDirectory(prefix="boulder-e2e-")
+        if security == "tls":
+            security = Security.tls(repo, self.tmp.name, mutual=mutual_tls)
+        self.security = security or Security()
         self.db = os.path.join(self.tmp.name, "boulder.db")
         self.procs = []
         self.worker_procs = []
@@ -102,34 +161,49 @@ class Cluster:
 
     def start_coordinator(self, port=0):
         argv = [os.path.join(self.bin, "boulder-coordinator"), "--listen",
-                f"127.0.0.1:{port}", "--db", self.db] + self.coordinator_args
+                f"127.0.0.1:{port}", "--db", self.db] + self.security.coordinator + \
+            self.coordinator_args
         self.coordinator = Proc(argv)
         self.procs.append(self.coordinator)
         m = self.coordinator.wait_line(r"listening on (127\.0\.0\.1:\d+)", 30)
         self.address = m.group(1)
         return self.coordinator
 
-    def start_worker(self, extra=()):
+    def start_worker(self, extra=(), wait=True):
         wd = tempfile.mkdtemp(dir=self.tmp.name, prefix="worker-")
         argv = [os.path.join(self.bin, "boulder-worker"), "--coordinator", self.address,
-                "--backend", "cpu", "--work-dir", wd, "--threads", "1"] + list(extra)
+                "--backend", "cpu", "--work-dir", wd, "--threads", "1"] + \
+            self.security.worker + list(extra)
         w = Proc(argv)
         self.procs.append(w)
         self.worker_procs.append(w)
-        w.wait_line(r"registered", 30)
+        if wait:
+            w.wait_line(r"registered", 30)
         return w
 
-    def cli(self, *args, timeout=60, check=True, address=None):
-        argv = [os.path.join(self.bin, "boulder"), "--coordinator",
-                address or self.address] + list(args)
+    def cli_argv(self, *args, address=None, flags=None, user=None):
+        """The CLI's argv: `flags` replace the cluster's security flags; `user` adds that
+        user's --token-file."""
+        sec = list(self.security.cli if flags is None else flags)
+        if user is not None:
+            sec += ["--token-file", self.security.files[user]]
+        return [os.path.join(self.bin, "boulder"), "--coordinator",
+                address or self.address] + sec + list(args)
+
+    def cli(self, *args, timeout=60, check=True, address=None, flags=None, user=None, env=None):
+        argv = self.cli_argv(*args, address=address, flags=flags, user=user)
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
+                           stdin=subprocess.DEVNULL, env=env)
         if check and r.returncode != 0:
             raise AssertionError(f"{' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
         return r
 
     def cli_json(self, *args):
         return json.loads(self.cli(*args, "-o", "json").stdout)
+
+    def cli_json_user(self, user, *args):
+        """`boulder ARGS -o json` with `user`'s token file, parsed."""
+        return json.loads(self.cli(*args, "-o", "json", user=user).stdout)
 
     def job(self, job_id):
         return self.cli_json("get", str(job_id))

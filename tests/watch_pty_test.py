@@ -87,8 +87,7 @@ class WatchInAPty(unittest.TestCase):
         cls.c.close()
 
     def test_1_watch_draws_bar_chart_and_step_times(self):
-        proc = PtyProc([os.path.join(BIN, "boulder"), "--coordinator", self.c.address,
-                        "watch", self.job_id])
+        proc = PtyProc(self.c.cli_argv("watch", self.job_id))
         try:
             ended = proc.read_until(lambda t: f"job {self.job_id} SUCCEEDED" in t, 120)
             out = proc.text()
@@ -127,7 +126,7 @@ class WatchInAPty(unittest.TestCase):
         self.assertEqual(len(lr), 1)
 
     def test_3_top_shows_workers_and_jobs_and_quits_on_q(self):
-        proc = PtyProc([os.path.join(BIN, "boulder"), "--coordinator", self.c.address, "top"])
+        proc = PtyProc(self.c.cli_argv("top"))
         try:
             shown = proc.read_until(lambda t: "q or Ctrl-C to quit" in t, 30)
             self.assertTrue(shown, proc.text())

@@ -51,11 +51,13 @@ USER 10001:10001
 WORKDIR /var/lib/boulder
 # The SQLite database lives here; mount a volume to keep it.
 VOLUME /var/lib/boulder
-EXPOSE 7070 9464
+EXPOSE 7070 7071 9464
 # A TCP connect to the gRPC port. A real gRPC health call needs a client: grpc_health_probe
 # is not packaged by Debian or Ubuntu, and the boulder CLI has no health command yet.
 # Kubernetes does not use this: its native grpc probe calls grpc.health.v1.Health.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/7070"]
 ENTRYPOINT ["/usr/local/bin/boulder-coordinator"]
-CMD ["--listen=0.0.0.0:7070", "--db=/var/lib/boulder/coordinator.db", "--metrics-listen=0.0.0.0:9464"]
+# TLS and tokens: mount the certificate and key at /etc/boulder/tls and the tokens file at
+# /etc/boulder/auth/tokens (README, Security). 7071 is the plaintext health-only port.
+CMD ["--listen=0.0.0.0:7070", "--db=/var/lib/boulder/coordinator.db", "--metrics-listen=0.0.0.0:9464", "--health-listen=0.0.0.0:7071", "--tls-cert=/etc/boulder/tls/tls.crt", "--tls-key=/etc/boulder/tls/tls.key", "--auth-file=/etc/boulder/auth/tokens"]

@@ -72,4 +72,5 @@ HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
   CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9465"]
 ENTRYPOINT ["/usr/local/bin/boulder-worker"]
 # Point --coordinator at your coordinator: docker run ... boulder-worker:0.1.0 --coordinator=HOST:7070 ...
-CMD ["--coordinator=boulder-coordinator:7070", "--metrics-listen=0.0.0.0:9465", "--work-dir=/var/lib/boulder/work"]
+# Mount the CA at /etc/boulder/tls/ca.crt and the join token at /etc/boulder/auth/join-token.
+CMD ["--coordinator=boulder-coordinator:7070", "--metrics-listen=0.0.0.0:9465", "--work-dir=/var/lib/boulder/work", "--tls-ca=/etc/boulder/tls/ca.crt", "--join-token-file=/etc/boulder/auth/join-token"]

@@ -41,9 +41,10 @@ export function isListenerFlag(name) {
   return name === "listen" || name.endsWith("-listen");
 }
 
-// What a listener flag serves: gRPC for --listen, HTTP for --metrics-listen.
+// What a listener flag serves: gRPC for --listen (and the coordinator's plaintext
+// --health-listen, which serves only health checks), HTTP for --metrics-listen.
 export function listenerProtocol(name) {
-  if (name === "listen") return "grpc";
+  if (name === "listen" || name === "health-listen") return "grpc";
   if (name === "metrics-listen") return "http";
   return "tcp";
 }

@@ -27,6 +27,12 @@ Options:
   --listen TEXT REQUIRED      gRPC address, HOST:PORT
   --db TEXT REQUIRED          SQLite database file
   --metrics-listen TEXT       Prometheus /metrics address, HOST:PORT
+  --health-listen TEXT        Plaintext gRPC health-only address, HOST:PORT
+  --tls-cert TEXT             PEM certificate chain
+  --tls-key TEXT              PEM private key
+  --tls-client-ca TEXT        PEM CA bundle for client certificates
+  --auth-file TEXT            Users and worker join tokens
+  --insecure                  Plaintext gRPC
   --heartbeat-timeout-ms UINT [15000]
                               A worker silent this long is lost
   --heartbeat-interval-ms UINT [3000]
@@ -43,6 +49,9 @@ Options:
   --checkpoint-root TEXT      Directory for the jobs' checkpoints
   --id TEXT
   --threads UINT [0]
+  --tls-ca TEXT               PEM CA bundle
+  --join-token-file TEXT      File holding the worker join token
+  --insecure                  Plaintext gRPC
 `,
   "boulder-trainer": `Usage: boulder-trainer [OPTIONS]
 
@@ -112,8 +121,8 @@ describe("parseHelp", () => {
   test("reads names, REQUIRED, defaults and choices of CLI11 option lines", () => {
     const flags = parseHelp(CONTRACT_HELP["boulder-worker"]);
     assert.deepEqual([...flags.keys()].sort(),
-      ["backend", "checkpoint-root", "coordinator", "help", "id", "metrics-listen", "threads",
-       "trainer", "work-dir"]);
+      ["backend", "checkpoint-root", "coordinator", "help", "id", "insecure", "join-token-file",
+        "metrics-listen", "threads", "tls-ca", "trainer", "work-dir"]);
     assert.equal(flags.get("coordinator").required, true);
     assert.equal(flags.get("threads").required, false);
     assert.deepEqual(flags.get("backend").choices, ["auto", "cpu", "cuda"]);
@@ -158,11 +167,11 @@ describe("manifests against the binaries", () => {
   });
   test("a containerPort that no flag opens fails", () => {
     const docs = docsOf("dev");
-    container(docs, "Deployment", "boulder-coordinator").ports[0].containerPort = 7071;
+    container(docs, "Deployment", "boulder-coordinator").ports[0].containerPort = 7072;
     const errors = agreement(docs);
     includes(errors, "--listen opens port 7070, which is no containerPort");
-    includes(errors, "containerPort 7071 (grpc) is opened by no listener flag of boulder-coordinator");
-    includes(errors, "containerPort 7071 is not EXPOSEd by coordinator.Dockerfile");
+    includes(errors, "containerPort 7072 (grpc) is opened by no listener flag of boulder-coordinator");
+    includes(errors, "containerPort 7072 is not EXPOSEd by coordinator.Dockerfile");
   });
   test("a listener on loopback fails", () => {
     const docs = docsOf("dev");
@@ -354,13 +363,13 @@ describe("Dockerfile lint", () => {
     const text = read("coordinator.Dockerfile");
     const hc = text.slice(text.indexOf("HEALTHCHECK"), text.indexOf("ENTRYPOINT"));
     includes(lint(text.replace(hc, "")), "the final stage has no HEALTHCHECK");
-    includes(lint(text.replace("/dev/tcp/127.0.0.1/7070", "/dev/tcp/127.0.0.1/8080")), "HEALTHCHECK checks none of the EXPOSEd ports (7070, 9464)");
+    includes(lint(text.replace("/dev/tcp/127.0.0.1/7070", "/dev/tcp/127.0.0.1/8080")), "HEALTHCHECK checks none of the EXPOSEd ports (7070, 7071, 9464)");
     includes(lint(read("cli.Dockerfile").replace("HEALTHCHECK NONE\n", "")), "HEALTHCHECK NONE when nothing listens");
   });
   test("EXPOSE that disagrees with the CMD's listeners fails", () => {
     const text = read("coordinator.Dockerfile");
-    includes(lint(text.replace("EXPOSE 7070 9464", "EXPOSE 7070 9464 8080")), "EXPOSE 8080: no listener flag in CMD/ENTRYPOINT opens it");
-    includes(lint(text.replace("EXPOSE 7070 9464", "EXPOSE 7070")), "port 9464 opened by CMD/ENTRYPOINT is not EXPOSEd");
+    includes(lint(text.replace("EXPOSE 7070 7071 9464", "EXPOSE 7070 7071 9464 8080")), "EXPOSE 8080: no listener flag in CMD/ENTRYPOINT opens it");
+    includes(lint(text.replace("EXPOSE 7070 7071 9464", "EXPOSE 7070 7071")), "port 9464 opened by CMD/ENTRYPOINT is not EXPOSEd");
   });
   test("apt-get without hygiene, shell-form ENTRYPOINT and a pipe without pipefail fail", () => {
     const text = read("coordinator.Dockerfile");

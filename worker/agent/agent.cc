@@ -90,9 +90,18 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
         absl::StrCat("--checkpoint-root ", options.checkpoint_root, ": ", ec.message()));
   }
 
+  // Reconnect quickly after a coordinator restart instead of gRPC's default (up to 2 min).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auto channel = common::CreateSecureChannel(options.coordinator, options.security, args);
+  if (!channel.ok()) return channel.status();
+
   options.log(absl::StrCat("backend ", choice->backend, " (", choice->note, ")"));
 
-  std::unique_ptr<Agent> agent(new Agent(std::move(options), BuildCapabilities(*choice, probe)));
+  std::unique_ptr<Agent> agent(
+      new Agent(std::move(options), BuildCapabilities(*choice, probe), *std::move(channel)));
   const AgentOptions& opts = agent->options_;
   if (!opts.metrics_listen.empty()) {
     absl::StatusOr<int> port = agent->metrics_.Serve(opts.metrics_listen);
@@ -104,16 +113,11 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   return agent;
 }
 
-Agent::Agent(AgentOptions options, v1::WorkerCapabilities capabilities)
-    : options_(std::move(options)), capabilities_(std::move(capabilities)) {
-  // Reconnect quickly after a coordinator restart instead of gRPC's default (up to 2 min).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  stub_ = v1::WorkerService::NewStub(
-      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args));
-}
+Agent::Agent(AgentOptions options, v1::WorkerCapabilities capabilities,
+             std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      capabilities_(std::move(capabilities)),
+      stub_(v1::WorkerService::NewStub(channel)) {}
 
 Agent::~Agent() { Shutdown(); }
 

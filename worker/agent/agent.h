@@ -41,6 +41,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "boulder/v1/worker.grpc.pb.h"
+#include "common/grpc_security.h"
 #include "worker/agent/attempt.h"
 #include "worker/agent/metrics.h"
 #include "worker/agent/report_buffer.h"
@@ -50,6 +51,9 @@ namespace boulder::agent {
 struct AgentOptions {
   // The coordinator's WorkerService, "HOST:PORT". Required.
   std::string coordinator;
+  // TLS to the coordinator (or, explicitly, plaintext) and the worker join token
+  // (security.token) sent with every call.
+  common::ChannelSecurityOptions security;
   // "auto" | "cpu" | "cuda"; see ChooseBackend.
   std::string backend = "auto";
   // Serve /metrics at this "HOST:PORT" (port 0: any free port); empty: no endpoint.
@@ -96,7 +100,8 @@ class Agent {
   // Validates the options, probes the GPUs, chooses the backend, creates the work directory
   // and starts the metrics endpoint (printing "metrics on HOST:PORT"). Talks to nobody yet.
   // INVALID_ARGUMENT: a bad option, named by its flag (e.g. "--backend cuda: this build has
-  // no CUDA backend", "--trainer /x: not an executable file"). UNAVAILABLE: the metrics
+  // no CUDA backend", "--trainer /x: not an executable file", "tls_ca: cannot read ...").
+  // UNAVAILABLE: the metrics
   // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
 
@@ -120,7 +125,8 @@ class Agent {
  private:
   using Key = std::pair<int64_t, int32_t>;  // (job id, attempt)
 
-  Agent(AgentOptions options, v1::WorkerCapabilities capabilities);
+  Agent(AgentOptions options, v1::WorkerCapabilities capabilities,
+        std::shared_ptr<grpc::Channel> channel);
 
   void HeartbeatLoop();
   bool Register(bool first);  // false: shutting down

@@ -237,6 +237,7 @@ class AgentTest : public ::testing::Test {
 
   AgentOptions Options() {
     AgentOptions options;
+    options.security.insecure = true;
     options.coordinator = absl::StrCat("127.0.0.1:", port_);
     options.trainer_path = BOULDER_FAKE_TRAINER;
     options.work_dir = work_dir_;

@@ -5,6 +5,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "common/env.h"
+#include "common/grpc_security.h"
 #include "worker/agent/agent.h"
 #include "worker/agent/run.h"
 
@@ -33,11 +35,33 @@ int main(int argc, char** argv) {
                  "Register under this worker id (default: the coordinator chooses)");
   app.add_option("--threads", options.threads, "Threads per trainer; 0: all cores")
       ->capture_default_str();
+  app.add_option("--tls-ca", options.security.ca_file,
+                 "PEM CA bundle that signed the coordinator's certificate (default: system roots)");
+  app.add_option("--tls-cert", options.security.cert_file,
+                 "PEM client certificate, for a coordinator that requires one (mutual TLS)");
+  app.add_option("--tls-key", options.security.key_file, "PEM private key of --tls-cert");
+  app.add_option(
+      "--tls-server-name", options.security.server_name_override,
+      "Verify the coordinator's certificate for this name instead of the address's host");
+  std::string join_token_file;
+  app.add_option("--join-token-file", join_token_file,
+                 std::string("File holding the worker join token (default: $") +
+                     boulder::common::kEnvJoinToken + ")");
+  app.add_flag("--insecure", options.security.insecure,
+               "Plaintext gRPC to the coordinator, without TLS: for development only");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  auto token = boulder::common::LoadToken(join_token_file, boulder::common::kEnvJoinToken,
+                                          "--join-token-file");
+  if (!token.ok()) {
+    std::cerr << "boulder-worker: " << token.status().message() << std::endl;
+    return 1;
+  }
+  options.security.token = *std::move(token);
+  if (options.security.insecure) std::cerr << boulder::common::kInsecureWarning << std::endl;
   const absl::Status status = boulder::agent::Run(std::move(options));
   if (!status.ok()) {
     std::cerr << "boulder-worker: " << status.message() << std::endl;
