@@ -48,6 +48,10 @@ constexpr double kMaxStateBytes = 1099511627776.0;  // 1 TiB
 constexpr absl::string_view kPrecisions[] = {"auto", "fp32", "bf16", "fp8"};
 constexpr absl::string_view kBackends[] = {"auto", "cpu", "cuda"};
 constexpr absl::string_view kSchedules[] = {"constant", "cosine", "linear"};
+constexpr absl::string_view kFp8Formats[] = {"hybrid", "e4m3"};
+constexpr absl::string_view kAmaxAlgos[] = {"max", "most_recent"};
+// cuBLASLt's FP8 GEMMs need every dimension to be a multiple of 16.
+constexpr int kFp8GemmMultiple = 16;
 
 absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -173,6 +177,14 @@ void FillDefaults(v1::JobSpec* spec) {
   v1::GenerationSpec* generation = spec->mutable_generation();
   if (!generation->has_prompt_len()) generation->set_prompt_len(8);
   if (!generation->has_tokens()) generation->set_tokens(16);
+
+  v1::Fp8Spec* fp8 = spec->mutable_fp8();
+  if (!fp8->has_format()) fp8->set_format("hybrid");
+  if (!fp8->has_amax_history_len()) fp8->set_amax_history_len(16);
+  if (!fp8->has_amax_compute_algo()) fp8->set_amax_compute_algo("max");
+  if (!fp8->has_margin()) fp8->set_margin(0);
+  if (!fp8->has_emulate()) fp8->set_emulate(false);
+  if (!fp8->has_max_consecutive_skips()) fp8->set_max_consecutive_skips(10);
 }
 
 absl::Status ValidateName(const std::string& name) {
@@ -283,13 +295,56 @@ absl::Status ValidateResources(const v1::ResourcesSpec& resources) {
   return CheckOneOf("resources.backend", resources.backend(), "backend", kBackends);
 }
 
+absl::Status ValidateFp8(const v1::JobSpec& spec) {
+  const v1::Fp8Spec& f = spec.fp8();
+  absl::Status status = CheckOneOf("fp8.format", f.format(), "fp8 format", kFp8Formats);
+  if (status.ok()) status = CheckRange("fp8.amax_history_len", f.amax_history_len(), 1, 1024);
+  if (status.ok()) {
+    status =
+        CheckOneOf("fp8.amax_compute_algo", f.amax_compute_algo(), "amax algorithm", kAmaxAlgos);
+  }
+  if (status.ok()) status = CheckRange("fp8.margin", f.margin(), 0, 32);
+  if (status.ok()) {
+    status = CheckRange("fp8.max_consecutive_skips", f.max_consecutive_skips(), 1, 1000000);
+  }
+  if (!status.ok() || spec.precision() != "fp8") return status;
+  const std::string& backend = spec.resources().backend();
+  if (f.emulate()) {
+    if (backend == "cuda") {
+      return Invalid("fp8.emulate",
+                     "true trains on the cpu backend (FP8 rounding emulated), but "
+                     "resources.backend is cuda (set fp8.emulate: false for FP8 on the GPU)");
+    }
+    return absl::OkStatus();
+  }
+  if (backend == "cpu") {
+    return Invalid("precision",
+                   "fp8 on resources.backend cpu needs fp8.emulate: true (real FP8 needs a GPU "
+                   "of compute capability 8.9 or higher)");
+  }
+  // The FP8 GEMMs' M, N and K: hidden, 3*hidden, ffn and the batch's token rows.
+  const v1::ModelSpec& m = spec.model();
+  if (m.hidden() % kFp8GemmMultiple != 0) {
+    return Invalid("model.hidden", absl::StrCat(m.hidden(), " is not a multiple of ",
+                                                kFp8GemmMultiple, " (needed by FP8 GEMMs)"));
+  }
+  if (m.ffn() % kFp8GemmMultiple != 0) {
+    return Invalid("model.ffn", absl::StrCat(m.ffn(), " is not a multiple of ", kFp8GemmMultiple,
+                                             " (needed by FP8 GEMMs)"));
+  }
+  const int64_t rows =
+      static_cast<int64_t>(spec.training().batch_size()) * spec.training().seq_len();
+  if (rows % kFp8GemmMultiple != 0) {
+    return Invalid("training.batch_size",
+                   absl::StrCat("batch_size x seq_len = ", rows, " is not a multiple of ",
+                                kFp8GemmMultiple, " (needed by FP8 GEMMs)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePrecision(const std::string& precision, const std::string& backend) {
   absl::Status status = CheckOneOf("precision", precision, "precision", kPrecisions);
   if (!status.ok()) return status;
-  if (precision == "fp8") {
-    return Invalid("precision",
-                   "fp8 is not supported yet (FP8 training is not implemented in this build)");
-  }
   if (precision == "bf16" && backend == "cpu") {
     return Invalid("precision",
                    "bf16 needs resources.backend cuda (the cpu backend trains in fp32)");
@@ -323,6 +378,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ValidateResources(out.resources());
   if (status.ok()) status = ValidatePrecision(out.precision(), out.resources().backend());
   if (status.ok()) status = ValidateGeneration(out.generation(), out.model());
+  if (status.ok()) status = ValidateFp8(out);
   if (!status.ok()) return status;
   return out;
 }
@@ -330,7 +386,8 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
 std::string RequiredBackend(const v1::JobSpec& resolved) {
   const std::string& backend = resolved.resources().backend();
   if (backend == "cpu" || backend == "cuda") return backend;
-  if (resolved.precision() == "bf16" || resolved.precision() == "fp8") return "cuda";
+  if (resolved.precision() == "fp8") return resolved.fp8().emulate() ? "cpu" : "cuda";
+  if (resolved.precision() == "bf16") return "cuda";
   return "";
 }
 
