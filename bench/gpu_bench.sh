@@ -6,7 +6,10 @@
 #   h2048  hidden 2048, 16 heads, 8 layers, FFN 8192, vocab 96, batch 8 x 1024
 #
 #   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
+#                             [--precisions "bf16 fp8"]
 #
+# Boulder runs once per precision (bf16, and fp8: delayed scaling, needs compute capability
+# 8.9+; each row's precision column says which); PyTorch runs in BF16 autocast.
 # --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
@@ -20,8 +23,10 @@ OUT=${1:?usage: gpu_bench.sh OUTDIR [--quick] [--workloads LIST]}; shift
 QUICK=0
 PROFILE=0
 WORKLOADS="seed gpt2 h2048"
+PRECISIONS="bf16 fp8"
 while (($#)); do
   case "$1" in
+    --precisions) PRECISIONS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --profile) PROFILE=1; shift ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
@@ -37,7 +42,7 @@ WARMUP=10
 
 rows=()
 report() {
-  "$PYTHON" bench/report.py --title "GPU benchmark: Boulder BF16 vs PyTorch ($GPU)" \
+  "$PYTHON" bench/report.py --title "GPU benchmark: Boulder ${PRECISIONS// //} vs PyTorch BF16 ($GPU)" \
       --md "$OUT/gpu-bench.md" --json "$OUT/gpu-bench.json" "${rows[@]}" > /dev/null
 }
 for w in $WORKLOADS; do
@@ -51,20 +56,22 @@ for w in $WORKLOADS; do
   esac
   name="$w b${B}x${T}"
   echo "== $name"
-  common=(--spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B
-          --set training.seq_len=$T --set training.log_every_steps=1 --set generation.tokens=0
-          --set precision=bf16 --backend cuda)
-  if ((PROFILE)); then
-    BOULDER_PROFILE_KERNELS=1 "$TRAINER" "${common[@]}" --set training.steps=12 \
-        > "$OUT/profile-$w.log" 2>&1
-    sed -n '/device time per op/,$p' "$OUT/profile-$w.log"
-  fi
-  "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder --precision bf16 \
-      --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
-      --json "$OUT/$w-boulder-bf16.json" --log "$OUT/$w-boulder-bf16.log" -- \
-      "$TRAINER" "${common[@]}" --set training.steps=$STEPS --report-fd 1 --quiet \
-      > "$OUT/$w-boulder-bf16.out" 2>&1 && rows+=("$OUT/$w-boulder-bf16.json")
-  tail -1 "$OUT/$w-boulder-bf16.out"
+  for p in $PRECISIONS; do
+    common=(--spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B
+            --set training.seq_len=$T --set training.log_every_steps=1 --set generation.tokens=0
+            --set precision=$p --backend cuda)
+    if ((PROFILE)); then
+      BOULDER_PROFILE_KERNELS=1 "$TRAINER" "${common[@]}" --set training.steps=12 \
+          > "$OUT/profile-$w-$p.log" 2>&1
+      sed -n '/device time per op/,$p' "$OUT/profile-$w-$p.log"
+    fi
+    "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder --precision $p \
+        --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
+        --json "$OUT/$w-boulder-$p.json" --log "$OUT/$w-boulder-$p.log" -- \
+        "$TRAINER" "${common[@]}" --set training.steps=$STEPS --report-fd 1 --quiet \
+        > "$OUT/$w-boulder-$p.out" 2>&1 && rows+=("$OUT/$w-boulder-$p.json")
+    tail -1 "$OUT/$w-boulder-$p.out"
+  done
   modes="eager"
   ((QUICK)) || modes="eager compile reduce-overhead"
   for m in $modes; do

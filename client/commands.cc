@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/follow.h"
 #include "client/format.h"
+#include "client/fp8_view.h"
 #include "client/proto_output.h"
 #include "client/views.h"
 #include "common/spec.h"
@@ -131,6 +132,10 @@ int RunGet(const ConnectOptions& connect, const GetOptions& options, const Io& i
   if (conn == nullptr) return exit_code;
   absl::StatusOr<v1::Job> job = FetchJob(*conn, options.job_id);
   if (!job.ok()) return ReportError(io, job.status());
+  if (options.fp8) {
+    *io.out << Fp8Table(*job) << std::flush;
+    return kExitOk;
+  }
   if (options.format != OutputFormat::kHuman) return PrintMessage(io, *job, options.format);
   *io.out << JobDetails(*job, io.clock(), io.zone) << std::flush;
   return kExitOk;

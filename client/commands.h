@@ -74,6 +74,7 @@ struct JobsOptions {
 struct GetOptions {
   int64_t job_id = 0;
   OutputFormat format = OutputFormat::kHuman;
+  bool fp8 = false;  // print the FP8 statistics table instead (human format only)
 };
 
 struct LogsOptions {

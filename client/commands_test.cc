@@ -98,6 +98,52 @@ TEST_F(CommandsTest, GetJsonIsTheJobMessage) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, jobs_.job));
 }
 
+TEST_F(CommandsTest, GetFp8PrintsTheScalingTable) {
+  GetOptions options;
+  options.job_id = 7;
+  options.fp8 = true;
+  EXPECT_EQ(RunGet(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "job 7 does not train in fp8 (precision )\n");
+
+  out_.str("");
+  jobs_.job.mutable_spec()->set_precision("fp8");
+  EXPECT_EQ(RunGet(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(), "job 7 has no FP8 statistics yet (no step reported)\n");
+
+  out_.str("");
+  v1::StepReport* r = jobs_.job.mutable_latest_report();
+  r->set_skipped_steps(2);
+  v1::Fp8TensorStats* t = r->add_fp8();
+  t->set_layer(0);
+  t->set_tensor("qkv");
+  t->set_role("input");
+  t->set_format("e4m3");
+  t->set_scale(112);
+  t->set_amax(3.5);
+  t->set_amax_history_max(4);
+  t->set_saturated_ratio(0.00125);
+  t->set_underflow_ratio(0);
+  t = r->add_fp8();
+  t->set_layer(3);
+  t->set_tensor("fc2");
+  t->set_role("grad_output");
+  t->set_format("e5m2");
+  t->set_scale(1.5e7);
+  t->set_amax(0.0035);
+  t->set_amax_history_max(0.0038);
+  t->set_saturated_ratio(0);
+  t->set_underflow_ratio(0.25);
+  EXPECT_EQ(RunGet(connect_, options, io_), kExitOk);
+  EXPECT_EQ(out_.str(),
+            "step 100 of 100, 2 skipped (non-finite loss or gradients)\n"
+            "LAYER   TENSOR   ROLE          FORMAT   SCALE     AMAX     AMAX_HISTORY_MAX   "
+            "SATURATED   UNDERFLOW\n"
+            "0       qkv      input         e4m3     112       3.5      4                  "
+            "0.125%      0\n"
+            "3       fc2      grad_output   e5m2     1.5e+07   0.0035   0.0038             "
+            "0           25.000%\n");
+}
+
 TEST_F(CommandsTest, GetUnknownJobPrintsTheServerMessage) {
   GetOptions options;
   options.job_id = 99;

@@ -109,8 +109,14 @@ int Main(int argc, char** argv) {
   std::string get_output;
   CLI::App* get_cmd = app.add_subcommand("get", "describe a job");
   AddJobId(get_cmd, &get.job_id);
-  get_cmd->add_option("-o,--output", get_output, "yaml or json (default: a description)")
-      ->check(CLI::IsMember({"yaml", "json"}));
+  CLI::Option* get_output_opt =
+      get_cmd->add_option("-o,--output", get_output, "yaml or json (default: a description)")
+          ->check(CLI::IsMember({"yaml", "json"}));
+  get_cmd
+      ->add_flag("--fp8", get.fp8,
+                 "the FP8 scaling statistics of the latest step (layer, tensor, role, format, "
+                 "scale, amax, saturated, underflow)")
+      ->excludes(get_output_opt);
 
   WatchOptions watch;
   CLI::App* watch_cmd = app.add_subcommand("watch",

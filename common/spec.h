@@ -48,7 +48,9 @@ absl::Status ApplyOverride(v1::JobSpec* spec, absl::string_view path_equals_valu
 absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec);
 
 // The backend a resolved spec needs: "cpu" or "cuda", or "" when either will do. bf16 and
-// fp8 need cuda even where resources.backend is "auto".
+// fp8 need cuda even where resources.backend is "auto"; fp8 with fp8.emulate needs cpu.
+// (A cuda worker whose GPU has no FP8, compute capability below 8.9, refuses an fp8 job when
+// its trainer starts, saying so.)
 std::string RequiredBackend(const v1::JobSpec& resolved);
 
 // The precision a trainer runs `resolved` at on a worker whose backend is `worker_backend`

@@ -53,6 +53,10 @@ constexpr absl::string_view kBackends[] = {"auto", "cpu", "cuda"};
 constexpr absl::string_view kSchedules[] = {"constant", "cosine", "linear"};
 constexpr absl::string_view kSources[] = {"arithmetic", "token_files"};
 constexpr absl::string_view kCheckpointing[] = {"none", "mlp", "full"};
+constexpr absl::string_view kFp8Formats[] = {"hybrid", "e4m3"};
+constexpr absl::string_view kAmaxAlgos[] = {"max", "most_recent"};
+// cuBLASLt's FP8 GEMMs need every dimension to be a multiple of 16.
+constexpr int kFp8GemmMultiple = 16;
 
 absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -189,6 +193,14 @@ void FillDefaults(v1::JobSpec* spec) {
   v1::GenerationSpec* generation = spec->mutable_generation();
   if (!generation->has_prompt_len()) generation->set_prompt_len(8);
   if (!generation->has_tokens()) generation->set_tokens(16);
+
+  v1::Fp8Spec* fp8 = spec->mutable_fp8();
+  if (!fp8->has_format()) fp8->set_format("hybrid");
+  if (!fp8->has_amax_history_len()) fp8->set_amax_history_len(16);
+  if (!fp8->has_amax_compute_algo()) fp8->set_amax_compute_algo("max");
+  if (!fp8->has_margin()) fp8->set_margin(0);
+  if (!fp8->has_emulate()) fp8->set_emulate(false);
+  if (!fp8->has_max_consecutive_skips()) fp8->set_max_consecutive_skips(10);
 }
 
 absl::Status ValidateName(const std::string& name) {
@@ -347,13 +359,70 @@ absl::Status ValidateResources(const v1::ResourcesSpec& resources) {
   return CheckOneOf("resources.backend", resources.backend(), "backend", kBackends);
 }
 
+absl::Status ValidateFp8(const v1::JobSpec& spec) {
+  const v1::Fp8Spec& f = spec.fp8();
+  absl::Status status = CheckOneOf("fp8.format", f.format(), "fp8 format", kFp8Formats);
+  if (status.ok()) status = CheckRange("fp8.amax_history_len", f.amax_history_len(), 1, 1024);
+  if (status.ok()) {
+    status =
+        CheckOneOf("fp8.amax_compute_algo", f.amax_compute_algo(), "amax algorithm", kAmaxAlgos);
+  }
+  if (status.ok()) status = CheckRange("fp8.margin", f.margin(), 0, 32);
+  if (status.ok()) {
+    status = CheckRange("fp8.max_consecutive_skips", f.max_consecutive_skips(), 1, 1000000);
+  }
+  if (!status.ok() || spec.precision() != "fp8") return status;
+  if (spec.resources().workers() > 1) {
+    return Invalid("precision", absl::StrCat("fp8 with resources.workers ",
+                                             spec.resources().workers(),
+                                             " is not supported yet (a step skipped for a "
+                                             "non-finite loss must be skipped on every rank); "
+                                             "use bf16 or one worker"));
+  }
+  const std::string& recompute = spec.training().activation_checkpointing();
+  if (!recompute.empty() && recompute != "none") {
+    return Invalid("training.activation_checkpointing",
+                   absl::StrCat("'", recompute,
+                                "' is not supported with precision fp8 yet (the recomputed "
+                                "forward would run in bf16); use none"));
+  }
+  const std::string& backend = spec.resources().backend();
+  if (f.emulate()) {
+    if (backend == "cuda") {
+      return Invalid("fp8.emulate",
+                     "true trains on the cpu backend (FP8 rounding emulated), but "
+                     "resources.backend is cuda (set fp8.emulate: false for FP8 on the GPU)");
+    }
+    return absl::OkStatus();
+  }
+  if (backend == "cpu") {
+    return Invalid("precision",
+                   "fp8 on resources.backend cpu needs fp8.emulate: true (real FP8 needs a GPU "
+                   "of compute capability 8.9 or higher)");
+  }
+  // The FP8 GEMMs' M, N and K: hidden, 3*hidden, ffn and the batch's token rows.
+  const v1::ModelSpec& m = spec.model();
+  if (m.hidden() % kFp8GemmMultiple != 0) {
+    return Invalid("model.hidden", absl::StrCat(m.hidden(), " is not a multiple of ",
+                                                kFp8GemmMultiple, " (needed by FP8 GEMMs)"));
+  }
+  if (m.ffn() % kFp8GemmMultiple != 0) {
+    return Invalid("model.ffn", absl::StrCat(m.ffn(), " is not a multiple of ", kFp8GemmMultiple,
+                                             " (needed by FP8 GEMMs)"));
+  }
+  const int64_t rows =
+      static_cast<int64_t>(spec.training().batch_size()) * spec.training().seq_len();
+  if (rows % kFp8GemmMultiple != 0) {
+    return Invalid("training.batch_size",
+                   absl::StrCat("batch_size x seq_len = ", rows, " is not a multiple of ",
+                                kFp8GemmMultiple, " (needed by FP8 GEMMs)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidatePrecision(const std::string& precision, const std::string& backend) {
   absl::Status status = CheckOneOf("precision", precision, "precision", kPrecisions);
   if (!status.ok()) return status;
-  if (precision == "fp8") {
-    return Invalid("precision",
-                   "fp8 is not supported yet (FP8 training is not implemented in this build)");
-  }
   if (precision == "bf16" && backend == "cpu") {
     return Invalid("precision",
                    "bf16 needs resources.backend cuda (the cpu backend trains in fp32)");
@@ -391,6 +460,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ValidateCheckpoint(out);
   if (status.ok()) status = ValidateEval(out.eval());
   if (status.ok()) status = ValidateFreezing(out.training(), out.model());
+  if (status.ok()) status = ValidateFp8(out);
   if (!status.ok()) return status;
   return out;
 }
@@ -398,7 +468,8 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
 std::string RequiredBackend(const v1::JobSpec& resolved) {
   const std::string& backend = resolved.resources().backend();
   if (backend == "cpu" || backend == "cuda") return backend;
-  if (resolved.precision() == "bf16" || resolved.precision() == "fp8") return "cuda";
+  if (resolved.precision() == "fp8") return resolved.fp8().emulate() ? "cpu" : "cuda";
+  if (resolved.precision() == "bf16") return "cuda";
   return "";
 }
 

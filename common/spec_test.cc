@@ -119,6 +119,20 @@ TEST(SpecExamplesTest, MinigptCpuIsTheSameModelSmaller) {
   EXPECT_EQ(EffectivePrecision(cpu, "cpu").value(), "fp32");
 }
 
+TEST(SpecExamplesTest, MinigptFp8IsTheSeedJobInFp8) {
+  const v1::JobSpec gpu = MustLoad(ReadExample("minigpt.yaml"));
+  const v1::JobSpec fp8 = MustLoad(ReadExample("minigpt-fp8.yaml"));
+  EXPECT_TRUE(MessageDifferencer::Equals(fp8.model(), gpu.model()));
+  EXPECT_TRUE(MessageDifferencer::Equals(fp8.training(), gpu.training()));
+  EXPECT_EQ(fp8.precision(), "fp8");
+  EXPECT_EQ(fp8.fp8().format(), "hybrid");
+  EXPECT_FALSE(fp8.fp8().emulate());
+  EXPECT_EQ(RequiredBackend(fp8), "cuda");
+  const v1::JobSpec emulated = MustLoad(ReadExample("minigpt-fp8.yaml"), {"fp8.emulate=true"});
+  EXPECT_EQ(RequiredBackend(emulated), "cpu");
+  ExpectAllSet(fp8, "");
+}
+
 TEST(SpecDefaultsTest, EmptySpecResolvesToTheSeedJob) {
   const v1::JobSpec spec = MustLoad("{}");
   ExpectAllSet(spec, "");
@@ -158,6 +172,13 @@ TEST(SpecDefaultsTest, EmptySpecResolvesToTheSeedJob) {
   EXPECT_EQ(spec.resources().checksum_every_steps(), 10);
   EXPECT_EQ(spec.generation().prompt_len(), 8);
   EXPECT_EQ(spec.generation().tokens(), 16);
+  const v1::Fp8Spec& f = spec.fp8();
+  EXPECT_EQ(f.format(), "hybrid");
+  EXPECT_EQ(f.amax_history_len(), 16);
+  EXPECT_EQ(f.amax_compute_algo(), "max");
+  EXPECT_EQ(f.margin(), 0);
+  EXPECT_FALSE(f.emulate());
+  EXPECT_EQ(f.max_consecutive_skips(), 10);
   EXPECT_EQ(RequiredBackend(spec), "");
   EXPECT_EQ(EffectivePrecision(spec, "cpu").value(), "fp32");
   EXPECT_EQ(EffectivePrecision(spec, "cuda").value(), "bf16");
@@ -493,9 +514,32 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ResolveCase{"precision: fp16",
                     "precision: unknown precision 'fp16' (one of auto, fp32, bf16, fp8)"},
-        ResolveCase{"precision: fp8",
-                    "precision: fp8 is not supported yet (FP8 training is not implemented in "
-                    "this build)"},
+        ResolveCase{"precision: fp8\nresources: {backend: cpu}",
+                    "precision: fp8 on resources.backend cpu needs fp8.emulate: true (real FP8 "
+                    "needs a GPU of compute capability 8.9 or higher)"},
+        ResolveCase{"precision: fp8\nfp8: {emulate: true}\nresources: {backend: cuda}",
+                    "fp8.emulate: true trains on the cpu backend (FP8 rounding emulated), but "
+                    "resources.backend is cuda (set fp8.emulate: false for FP8 on the GPU)"},
+        ResolveCase{"precision: fp8\nmodel: {hidden: 120, heads: 12}",
+                    "model.hidden: 120 is not a multiple of 16 (needed by FP8 GEMMs)"},
+        ResolveCase{"precision: fp8\nmodel: {ffn: 1000}",
+                    "model.ffn: 1000 is not a multiple of 16 (needed by FP8 GEMMs)"},
+        ResolveCase{"precision: fp8\ntraining: {batch_size: 3, seq_len: 5}",
+                    "training.batch_size: batch_size x seq_len = 15 is not a multiple of 16 "
+                    "(needed by FP8 GEMMs)"},
+        ResolveCase{"fp8: {format: e5m2}",
+                    "fp8.format: unknown fp8 format 'e5m2' (one of hybrid, e4m3)"},
+        ResolveCase{"fp8: {amax_history_len: 0}",
+                    "fp8.amax_history_len: must be at least 1, got 0"},
+        ResolveCase{"fp8: {amax_history_len: 2000}",
+                    "fp8.amax_history_len: must be at most 1024, got 2000"},
+        ResolveCase{"fp8: {amax_compute_algo: mean}",
+                    "fp8.amax_compute_algo: unknown amax algorithm 'mean' (one of max, "
+                    "most_recent)"},
+        ResolveCase{"fp8: {margin: -1}", "fp8.margin: must be at least 0, got -1"},
+        ResolveCase{"fp8: {margin: 33}", "fp8.margin: must be at most 32, got 33"},
+        ResolveCase{"fp8: {max_consecutive_skips: 0}",
+                    "fp8.max_consecutive_skips: must be at least 1, got 0"},
         ResolveCase{"precision: bf16\nresources: {backend: cpu}",
                     "precision: bf16 needs resources.backend cuda (the cpu backend trains in "
                     "fp32)"},
@@ -553,6 +597,26 @@ TEST(SpecBackendTest, EffectivePrecisionFollowsTheWorker) {
               IsInvalid("worker backend 'tpu' is neither cpu nor cuda"));
   const v1::JobSpec cpu_auto = MustLoad("resources: {backend: cpu}\n");
   EXPECT_EQ(EffectivePrecision(cpu_auto, "cpu").value(), "fp32");
+}
+
+TEST(SpecBackendTest, Fp8NeedsCudaUnlessEmulated) {
+  const v1::JobSpec fp8 = MustLoad("precision: fp8\n");
+  EXPECT_EQ(RequiredBackend(fp8), "cuda");
+  EXPECT_EQ(EffectivePrecision(fp8, "cuda").value(), "fp8");
+  EXPECT_THAT(EffectivePrecision(fp8, "cpu").status(),
+              IsInvalid("resources.backend: this job (precision fp8, backend auto) needs a "
+                        "cuda worker, not cpu"));
+  const v1::JobSpec emulated = MustLoad(
+      "precision: fp8\nfp8: {emulate: true, format: e4m3, margin: 2}\n"
+      "training: {batch_size: 3, seq_len: 5}\n");
+  EXPECT_EQ(RequiredBackend(emulated), "cpu");
+  EXPECT_EQ(EffectivePrecision(emulated, "cpu").value(), "fp8");
+  EXPECT_EQ(emulated.fp8().format(), "e4m3");
+  EXPECT_EQ(emulated.fp8().margin(), 2);
+  EXPECT_EQ(emulated.fp8().amax_history_len(), 16);
+  // The fp8 section is validated but unused for other precisions.
+  const v1::JobSpec bf16 = MustLoad("precision: bf16\nfp8: {margin: 1}\n");
+  EXPECT_EQ(RequiredBackend(bf16), "cuda");
 }
 
 TEST(SpecYamlTest, ResolvedSpecRoundTrips) {

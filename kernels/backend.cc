@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include "kernels/fp8_recipe.h"
+
 namespace boulder::kernels {
 
 size_t DTypeSize(DType t) {
@@ -25,5 +27,9 @@ const char* DTypeName(DType t) {
   }
   return "unknown";
 }
+
+const char* Fp8FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
+
+float Fp8Max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kFp8E4M3Max : kFp8E5M2Max; }
 
 }  // namespace boulder::kernels

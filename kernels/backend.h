@@ -45,6 +45,17 @@ struct MemoryStats {
   int64_t device_total_bytes = 0;  // the device's memory (cpu: physical RAM)
 };
 
+// The two OCP FP8 formats: E4M3 (max 448, no infinities) and E5M2 (max 57344). FP8 buffers
+// hold one byte per element in that encoding, on every backend.
+enum class Fp8Format { kE4M3, kE5M2 };
+
+const char* Fp8FormatName(Fp8Format f);  // "e4m3", "e5m2"
+float Fp8Max(Fp8Format f);               // 448, 57344
+
+// Counters a CastFp8 adds to, per tensor (uint64 device array of kFp8CountersPerTensor).
+enum Fp8Counter { kFp8Saturated = 0, kFp8Underflow = 1, kFp8NonFinite = 2 };
+inline constexpr int kFp8CountersPerTensor = 3;
+
 // Epilogue of a Linear forward GEMM.
 enum class Epilogue {
   kNone,      // out = inp·Wᵀ (+ bias)
@@ -147,6 +158,48 @@ class Backend {
   // with FP32 atomics, and GEMM algorithms are autotuned by timing). Call before the first op.
   // The cpu backend is always deterministic and ignores this. Default: off.
   virtual void SetDeterministic(bool on) {}
+
+  // ---- FP8 (precision fp8; Transformer Engine's delayed scaling) -------------------------
+  // OK when this backend runs the FP8 ops below natively. FAILED_PRECONDITION with the reason
+  // otherwise (the cpu backend runs them as an exact rounding emulation, for tests and
+  // debugging; a GPU below compute capability 8.9 cannot run them at all).
+  virtual absl::Status Fp8Supported() const = 0;
+
+  // q = fp8(inp · *scale), round to nearest even, saturating finite values beyond the
+  // format's max to ±max (NaN stays NaN). inp[rows, cols] compute dtype; out[rows, cols] and
+  // out_t[cols, rows] (its transpose) FP8, either may be null. Statistics over inp:
+  //   *amax = max(*amax, max |inp|) (NaN when inp holds a NaN);
+  //   counts[kFp8Saturated] += elements with finite inp and |inp·scale| > max;
+  //   counts[kFp8Underflow] += elements with finite non-zero inp that became ±0;
+  //   counts[kFp8NonFinite] += inf and NaN elements.
+  // scale, amax: FP32 device scalars; counts: uint64 device array [kFp8CountersPerTensor].
+  virtual void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
+                       Fp8Format format, const float* scale, float* amax, uint64_t* counts) = 0;
+
+  // out[M,N] (compute dtype) = (a[M,K]·(*a_scale_inv)) · (b[N,K]·(*b_scale_inv))ᵀ + bias[N]
+  // with FP8 a and b (both K-contiguous: cuBLASLt's FP8 GEMM is TN only), FP32 accumulation.
+  // accumulate: out += instead of = (bias must then be null). fast_accum: let the GPU
+  // accumulate in lower precision inside its tensor-core pipeline (forward GEMMs only).
+  // a and b may not both be E5M2. REQUIRES (cuda): M, N, K multiples of 16.
+  virtual void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
+                         const uint8_t* b, Fp8Format b_format, const float* b_scale_inv,
+                         const void* bias, int M, int N, int K, bool accumulate,
+                         bool fast_accum) = 0;
+
+  // out = gelu_tanh(inp), n elements (the FP8 fc1's epilogue, which its GEMM does not fuse).
+  virtual void GeluForward(void* out, const void* inp, size_t n) = 0;
+  // dout *= gelu_tanh'(pre), in place, n elements.
+  virtual void GeluBackward(void* dout, const void* pre, size_t n) = 0;
+  // dbias[c] += Σ_rows dout[r, c], dout [N, OC].
+  virtual void BiasBackward(void* dbias, const void* dout, int N, int OC) = 0;
+
+  // The delayed-scaling update (kernels/fp8_recipe.h) of n tensors at once: rolls each
+  // history (row i of history [n, history_len]) with amax[i], zeroes amax[i], and sets
+  // scale[i] and scale_inv[i]. All FP32 device arrays; fp8_max[i] is tensor i's format max.
+  // Bit-identical on every backend.
+  virtual void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                              const float* fp8_max, int n, int history_len, bool use_history_max,
+                              int margin) = 0;
 
   // ---- profiling (optional) ----------------------------------------------------------------
   // When enabled, the backend times every op on the device (events around each launch, no

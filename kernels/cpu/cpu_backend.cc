@@ -15,6 +15,8 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
+#include "kernels/cpu/fp8.h"
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/norm.h"
@@ -262,6 +264,59 @@ void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m
 template <typename S>
 void CpuBackend<S>::Argmax(int32_t* out, const void* logits, int N, int V, int Vp) {
   cpu::Argmax(threads_, out, As<S>(logits), N, V, Vp);
+}
+
+template <typename S>
+absl::Status CpuBackend<S>::Fp8Supported() const {
+  return absl::FailedPreconditionError(
+      "the cpu backend has no FP8 hardware; it emulates FP8 rounding exactly when the job sets "
+      "fp8.emulate: true");
+}
+
+template <typename S>
+void CpuBackend<S>::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
+                            Fp8Format format, const float* scale, float* amax, uint64_t* counts) {
+  cpu::CastFp8(out, out_t, As<S>(inp), rows, cols, format, scale, amax, counts);
+}
+
+template <typename S>
+void CpuBackend<S>::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
+                              const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                              const float* b_scale_inv, const void* bias, int M, int N, int K,
+                              bool accumulate, bool /*fast_accum*/) {
+  cpu::MatmulFp8(threads_, As<S>(out), a, a_format, *a_scale_inv, b, b_format, *b_scale_inv,
+                 As<S>(bias), M, N, K, accumulate);
+}
+
+template <typename S>
+void CpuBackend<S>::GeluForward(void* out, const void* inp, size_t n) {
+  S* o = As<S>(out);
+  const S* x = As<S>(inp);
+  for (size_t i = 0; i < n; ++i) o[i] = Gelu(x[i]);
+}
+
+template <typename S>
+void CpuBackend<S>::GeluBackward(void* dout, const void* pre, size_t n) {
+  S* d = As<S>(dout);
+  const S* p = As<S>(pre);
+  for (size_t i = 0; i < n; ++i) d[i] = d[i] * GeluGrad(p[i]);
+}
+
+template <typename S>
+void CpuBackend<S>::BiasBackward(void* dbias, const void* dout, int N, int OC) {
+  S* db = As<S>(dbias);
+  const S* d = As<S>(dout);
+  for (int r = 0; r < N; ++r) {
+    for (int c = 0; c < OC; ++c) db[c] += d[static_cast<size_t>(r) * OC + c];
+  }
+}
+
+template <typename S>
+void CpuBackend<S>::Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                                   const float* fp8_max, int n, int history_len,
+                                   bool use_history_max, int margin) {
+  cpu::Fp8ScaleUpdate(scale, scale_inv, history, amax, fp8_max, n, history_len, use_history_max,
+                      margin);
 }
 
 template class CpuBackend<float>;

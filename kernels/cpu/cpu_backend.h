@@ -77,6 +77,19 @@ class CpuBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
+  // FP8 ops emulated exactly (kernels/cpu/fp8.h); Fp8Supported() says they are emulated.
+  absl::Status Fp8Supported() const override;
+  void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
+               const float* scale, float* amax, uint64_t* counts) override;
+  void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
+                 const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
+                 int M, int N, int K, bool accumulate, bool fast_accum) override;
+  void GeluForward(void* out, const void* inp, size_t n) override;
+  void GeluBackward(void* dout, const void* pre, size_t n) override;
+  void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
+  void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                      const float* fp8_max, int n, int history_len, bool use_history_max,
+                      int margin) override;
 
  private:
   const int threads_;

@@ -50,6 +50,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   std::unique_ptr<CudaBackend> b(new CudaBackend());
   b->device_ = device;
   b->device_name_ = prop.name;
+  b->cc_major_ = prop.major;
+  b->cc_minor_ = prop.minor;
   b->device_total_ = static_cast<int64_t>(prop.totalGlobalMem);
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));

@@ -75,6 +75,19 @@ class CudaBackend final : public Backend {
     matmul_->set_autotune(!on);
   }
   bool deterministic() const { return deterministic_; }
+  // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
+  absl::Status Fp8Supported() const override;
+  void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
+               const float* scale, float* amax, uint64_t* counts) override;
+  void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
+                 const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
+                 int M, int N, int K, bool accumulate, bool fast_accum) override;
+  void GeluForward(void* out, const void* inp, size_t n) override;
+  void GeluBackward(void* dout, const void* pre, size_t n) override;
+  void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
+  void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                      const float* fp8_max, int n, int history_len, bool use_history_max,
+                      int margin) override;
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
 
@@ -104,6 +117,7 @@ class CudaBackend final : public Backend {
   void Fail(absl::Status s);
 
   int device_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0;  // compute capability
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtMatmul> matmul_;

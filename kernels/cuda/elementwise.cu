@@ -1,5 +1,5 @@
 // Element-wise and row-wise kernels: embedding forward, residual add, FP32<->BF16 conversion,
-// dGELU, argmax. One pass over memory each; 16-byte vectors where the row length allows
+// GELU and dGELU, argmax. One pass over memory each; 16-byte vectors where the row length allows
 // (C % 8 == 0 is a precondition the backend checks).
 #include <algorithm>
 
@@ -56,6 +56,18 @@ __global__ void GeluBackwardKernel(bf16* dout, const bf16* pre, size_t n) {
   }
 }
 
+__global__ void GeluForwardKernel(bf16* out, const bf16* inp, size_t n) {
+  size_t i = (blockIdx.x * size_t(blockDim.x) + threadIdx.x) * 8;
+  if (i + 8 <= n) {
+    Bf16x8 x = Load8(inp + i), r;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r.v[k] = __float2bfloat16(GeluTanh(__bfloat162float(x.v[k])));
+    Store8(out + i, r);
+  } else {
+    for (; i < n; ++i) out[i] = __float2bfloat16(GeluTanh(__bfloat162float(inp[i])));
+  }
+}
+
 // One warp per row; ties go to the lowest index, as the CPU reference does.
 __global__ void ArgmaxKernel(int32_t* out, const bf16* logits, int N, int V, int Vp) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -97,6 +109,11 @@ cudaError_t F32ToBF16(bf16* out, const float* in, size_t n, cudaStream_t s) {
 
 cudaError_t BF16ToF32(float* out, const bf16* in, size_t n, cudaStream_t s) {
   BF16ToF32Kernel<<<std::min<unsigned>(CeilDiv(n, 256), 4096), 256, 0, s>>>(out, in, n);
+  return cudaGetLastError();
+}
+
+cudaError_t GeluForward(bf16* out, const bf16* inp, size_t n, cudaStream_t s) {
+  GeluForwardKernel<<<CeilDiv(CeilDiv(n, 8), 256), 256, 0, s>>>(out, inp, n);
   return cudaGetLastError();
 }
 

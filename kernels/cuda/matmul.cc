@@ -53,10 +53,15 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof(at)));
   }
+  if (s.a_type != CUDA_R_16BF || s.b_type != CUDA_R_16BF) {
+    const int8_t fast = s.fast_accum ? 1 : 0;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                sizeof(fast)));
+  }
   int a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
   int b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, a_rows, a_cols, s.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_16BF, b_rows, b_cols, s.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, s.a_type, a_rows, a_cols, s.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, s.b_type, b_rows, b_cols, s.ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, CUDA_R_16BF, s.m, s.n, s.ldd));
 
   cublasLtMatmulPreference_t pref;
@@ -74,7 +79,8 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
   CUBLAS_CHECK(st);
   if (found == 0) {
     return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", s.m, " n=", s.n,
-                                            " k=", s.k, " epilogue=", s.epilogue));
+                                            " k=", s.k, " epilogue=", s.epilogue, " types ",
+                                            s.a_type, "/", s.b_type));
   }
   plan->algo = results[0].algo;
   for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
@@ -85,7 +91,8 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
 }
 
 absl::Status LtMatmul::Run(const GemmShape& s, const void* A, const void* B, void* D,
-                           const void* bias, void* aux, cudaStream_t stream) {
+                           const void* bias, void* aux, cudaStream_t stream, const float* a_scale,
+                           const float* b_scale) {
   absl::StatusOr<Plan*> plan = GetPlan(s);
   if (!plan.ok()) return plan.status();
   Plan* p = *plan;
@@ -96,6 +103,14 @@ absl::Status LtMatmul::Run(const GemmShape& s, const void* A, const void* B, voi
   if (aux != nullptr) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
+  if (a_scale != nullptr) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &a_scale, sizeof(a_scale)));
+  }
+  if (b_scale != nullptr) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &b_scale, sizeof(b_scale)));
   }
   if (!p->tuned) {
     if (absl::Status st = Tune(s, p, A, B, D, stream); !st.ok()) return st;

@@ -1,13 +1,12 @@
-// BF16 GEMMs through cuBLASLt with fused epilogues (bias, GELU with aux output), FP32
-// accumulation. Matmul descriptors, layouts and the chosen algorithm are cached per shape; one
-// workspace (32 MiB) serves every call.
+// BF16 and FP8 GEMMs through cuBLASLt with fused epilogues (bias, GELU with aux output), FP32
+// accumulation. FP8 operands (a_type/b_type E4M3 or E5M2) come with device scale pointers
+// (the dequantisation factors) and give BF16 outputs. Matmul descriptors, layouts and the
+// chosen algorithm are cached per shape; one workspace (32 MiB) serves every call.
 //
 // Algorithm choice: the heuristic's first candidate, or — with autotuning on (the default) —
 // the fastest of its first kCandidates, timed on the first call of each shape with the call's
-// own operands (measured on the H200: the heuristic's first pick for the qkv projection with a
-// bias epilogue ran 10x slower than the best candidate). Autotuning depends on timings, so
-// two runs may pick different algorithms and round differently: turn it off where results
-// must be bit-identical from run to run.
+// own operands. Autotuning depends on timings, so two runs may pick different algorithms and
+// round differently: turn it off where results must be bit-identical from run to run.
 //
 // Not thread-safe: one LtMatmul per backend, used from its thread, on its stream.
 #ifndef BOULDER_KERNELS_CUDA_MATMUL_H_
@@ -34,9 +33,12 @@ struct GemmShape {
   int lda = 0, ldb = 0, ldd = 0;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool accumulate = false;  // beta = 1 (else 0)
+  cudaDataType_t a_type = CUDA_R_16BF, b_type = CUDA_R_16BF;
+  bool fast_accum = false;  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM
   auto Tie() const {
     return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, static_cast<int>(epilogue),
-                           accumulate);
+                           accumulate, static_cast<int>(a_type), static_cast<int>(b_type),
+                           fast_accum);
   }
   bool operator==(const GemmShape& o) const { return Tie() == o.Tie(); }
   template <typename H>
@@ -53,10 +55,12 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
-  // A, B, D are BF16; bias (length m) and aux (m×n, ld m) BF16, used when the epilogue
-  // needs them. INTERNAL when cuBLASLt has no algorithm for the shape.
-  absl::Status Run(const GemmShape& shape, const void* A, const void* B, void* D,
-                   const void* bias, void* aux, cudaStream_t stream);
+  // A, B of shape.a_type / b_type, D BF16; bias (length m) and aux (m×n, ld m) BF16, used
+  // when the epilogue needs them. a_scale / b_scale: FP32 device scalars multiplying A and B
+  // (FP8 operands only; null otherwise). INTERNAL when cuBLASLt has no algorithm.
+  absl::Status Run(const GemmShape& shape, const void* A, const void* B, void* D, const void* bias,
+                   void* aux, cudaStream_t stream, const float* a_scale = nullptr,
+                   const float* b_scale = nullptr);
 
   size_t cached_plans() const { return plans_.size(); }
   // Applies to shapes not yet seen; call before the first Run().

@@ -44,6 +44,8 @@ cudaError_t ResidualForward(bf16* out, const bf16* a, const bf16* b, size_t n, c
 cudaError_t F32ToBF16(bf16* out, const float* in, size_t n, cudaStream_t s);
 cudaError_t BF16ToF32(float* out, const bf16* in, size_t n, cudaStream_t s);
 cudaError_t Argmax(int32_t* out, const bf16* logits, int N, int V, int Vp, cudaStream_t s);
+// out = gelu_tanh(inp), n elements.
+cudaError_t GeluForward(bf16* out, const bf16* inp, size_t n, cudaStream_t s);
 // dpre = dout * gelu_tanh'(pre), in place over dout (n elements).
 cudaError_t GeluBackwardInPlace(bf16* dout, const bf16* pre, size_t n, cudaStream_t s);
 

@@ -194,7 +194,7 @@ absl::Status Model::Allocate() {
   arena_bytes_ = used;
   if (s = alloc(arena_bytes_, &base); !s.ok()) return s;
   carve();
-  return absl::OkStatus();
+  return AllocateFp8();
 }
 
 size_t Model::total_bytes() const {
@@ -287,18 +287,19 @@ void Model::ForwardImpl(int B, int T) {
     LayerActs& la = act_.layers[l];
     be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
                         P(TensorKind::kLn1Bias, l), N, C);
-    be.MatmulForward(la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
-                     P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
+    Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
+           P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
-    be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
-                     P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
+    Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
+           P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
+           Epilogue::kNone);
     be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
     be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
                         P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
-    be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
-                     P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
-    be.MatmulForward(act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
-                     P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
+    Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
+           P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
+    Linear(l, Fp8Linear::kFc2, act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
+           P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
     be.ResidualForward(la.residual3, la.residual2, act_.scratch, static_cast<size_t>(N) * C);
     residual = la.residual3;
   }
@@ -324,7 +325,9 @@ absl::StatusOr<double> Model::Forward(absl::Span<const int32_t> tokens,
   backward_ready_ = false;
   backend_->CopyFromHost(act_.tokens, tokens.data(), N * sizeof(int32_t));
   backend_->CopyFromHost(act_.targets, targets.data(), N * sizeof(int32_t));
+  fp8_training_forward_ = true;
   ForwardImpl(B, T);
+  fp8_training_forward_ = false;
   const float dloss = 1.0f / static_cast<float>(N * options_.grad_accum_steps);
   backend_->SoftmaxCrossEntropy(act_.losses, act_.logits, act_.targets, static_cast<int>(N),
                                 options_.config.vocab_size, options_.config.padded_vocab_size,
@@ -393,20 +396,23 @@ absl::Status Model::Backward() {
     // The shared buffers still hold the last layer's activations from the forward.
     if (options_.recompute != Recompute::kNone && l != c.layers - 1) RecomputeLayer(l);
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
-    be.MatmulBackward(act_.dfc, G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
-                      act_.dresidual, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
-    be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), G(TensorKind::kFc1Bias, l), act_.dfc,
-                      la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l), N, C, F);
+    LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
+                   G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
+                   P(TensorKind::kFc2Weight, l), N, F, C);
+    LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
+                   G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
+                   P(TensorKind::kFc1Weight, l), N, C, F);
     ln_grad(TensorKind::kLn2Weight, TensorKind::kLn2Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, la.residual2,
                          P(TensorKind::kLn2Weight, l), la.ln2_mean, la.ln2_rstd, N, C);
     // Attention block.
-    be.MatmulBackward(act_.datty, G(TensorKind::kAttnProjWeight, l),
-                      G(TensorKind::kAttnProjBias, l), act_.dresidual, nullptr, la.atty,
-                      P(TensorKind::kAttnProjWeight, l), N, C, C);
+    LinearBackward(l, Fp8Linear::kAttnProj, act_.datty, G(TensorKind::kAttnProjWeight, l),
+                   G(TensorKind::kAttnProjBias, l), act_.dresidual, nullptr, la.atty,
+                   P(TensorKind::kAttnProjWeight, l), N, C, C);
     be.AttentionBackward(act_.dqkv, act_.datty, la.qkv, la.atty, la.att_stats, B, T, C, NH);
-    be.MatmulBackward(act_.dln, G(TensorKind::kQkvWeight, l), G(TensorKind::kQkvBias, l), act_.dqkv,
-                      nullptr, la.ln1, P(TensorKind::kQkvWeight, l), N, C, 3 * C);
+    LinearBackward(l, Fp8Linear::kQkv, act_.dln, G(TensorKind::kQkvWeight, l),
+                   G(TensorKind::kQkvBias, l), act_.dqkv, nullptr, la.ln1,
+                   P(TensorKind::kQkvWeight, l), N, C, 3 * C);
     ln_grad(TensorKind::kLn1Weight, TensorKind::kLn1Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, residual_in,
                          P(TensorKind::kLn1Weight, l), la.ln1_mean, la.ln1_rstd, N, C);
@@ -464,6 +470,7 @@ absl::StatusOr<float> Model::OptimizerStep(float lr, int t) {
                     Advance(v_, g * state_elem_), decay_mask_ + g, r.numel, lr, a.beta1, a.beta2,
                     a.eps, a.weight_decay, t, 1.0f, act_.norm_sq, a.grad_clip);
   }
+  ++fp8_weight_version_;  // the FP8 weight copies are stale now
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
+#include "worker/engine/fp8_state.h"
 #include "worker/engine/param_layout.h"
 
 namespace boulder::engine {
@@ -65,6 +66,10 @@ struct ModelOptions {
   std::vector<int> freeze_layers;  // 0-based layers, each in [0, layers)
   bool freeze_embeddings = false;  // wte and wpe (and the head when tied)
   Recompute recompute = Recompute::kNone;
+  // FP8 training (model_fp8.cc): the qkv, attention-projection, fc1 and fc2 GEMMs of training
+  // forwards and backwards run in FP8 with delayed scaling; the LM head, attention and
+  // inference forwards (ForwardLogits, Generate) stay in the compute dtype.
+  Fp8Options fp8;
 };
 
 class Model {
@@ -115,6 +120,14 @@ class Model {
   // B=1 forward over the last min(len, context) tokens. INVALID_ARGUMENT: empty prompt, a
   // token outside [0, V) or n < 0.
   absl::StatusOr<std::vector<int32_t>> Generate(absl::Span<const int32_t> prompt, int n);
+
+  // FP8 only (options.fp8.enabled), once per optimizer step after the backward(s):
+  // apply = true after OptimizerStep (runs the delayed-scaling update); apply = false for a
+  // skipped step (its amaxes are discarded). With `stats` non-null, reads every FP8 tensor's
+  // statistics (synchronises). Then starts the next step's counters.
+  absl::Status Fp8EndStep(bool apply, std::vector<Fp8TensorStat>* stats);
+  // Null unless options.fp8.enabled.
+  Fp8State* fp8_state() const { return fp8_.get(); }
 
   const ModelOptions& options() const { return options_; }
   const ParamLayout& layout() const { return layout_; }
@@ -207,6 +220,15 @@ class Model {
   void* HeadGrad() const;
   // The backward's recomputation of layer l's activations (activation checkpointing).
   void RecomputeLayer(int l);
+  // A Linear's forward and backward (the contracts of Backend::MatmulForward/Backward): in
+  // FP8 during training when options.fp8.enabled, else in the compute dtype (model_fp8.cc).
+  void Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void* inp,
+              const void* weight, const void* bias, int N, int C, int OC,
+              kernels::Epilogue epilogue);
+  void LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias, void* dout,
+                      const void* pre_gelu, const void* inp, const void* weight, int N, int C,
+                      int OC);
+  absl::Status AllocateFp8();
 
   kernels::Backend* backend_;
   ModelOptions options_;
@@ -231,6 +253,22 @@ class Model {
   int last_T_ = 0;
   bool backward_ready_ = false;
   std::function<void(int)> on_bucket_ready_;
+
+  // FP8 (model_fp8.cc). Per layer and Linear: the saved transposed FP8 input (for the
+  // weight gradient) and the FP8 weight and its transpose, cast once per optimizer step.
+  struct Fp8LinearBuffers {
+    uint8_t* input_t = nullptr;   // [K, N]
+    uint8_t* weight = nullptr;    // [OC, K]
+    uint8_t* weight_t = nullptr;  // [K, OC]
+    int64_t weight_version = -1;  // fp8_weight_version_ when last cast
+  };
+  std::unique_ptr<Fp8State> fp8_;
+  std::vector<Fp8LinearBuffers> fp8_linears_;  // [layers * Fp8State::kLinears]
+  uint8_t* fp8_input_ = nullptr;               // forward scratch [rows, max(C, F)]
+  uint8_t* fp8_dout_ = nullptr;                // backward scratch [rows, max(3C, F)]
+  uint8_t* fp8_dout_t_ = nullptr;              // its transpose
+  int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
+  bool fp8_training_forward_ = false;
 };
 
 }  // namespace boulder::engine

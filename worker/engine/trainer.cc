@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
 #include "worker/engine/data_parallel.h"
+#include "worker/engine/fp8_state.h"
 #include "worker/engine/model.h"
 #include "worker/engine/param_layout.h"
 #include "worker/engine/safetensors.h"
@@ -40,6 +41,61 @@ std::string MiB(size_t bytes) {
   return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
 }
 
+// precision fp8: the cpu backend when fp8.emulate (rounding emulated), else a cuda backend
+// whose GPU has FP8 (compute capability 8.9 or higher).
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeFp8Backend(const TrainerOptions& o,
+                                                                 const std::string& name) {
+  if (o.spec.fp8().emulate()) {
+    if (name == "cuda") {
+      return absl::FailedPreconditionError(
+          "fp8.emulate: true emulates FP8 on the cpu backend, but the backend is cuda");
+    }
+    Info(o, "cpu backend: precision fp8, emulated (fp8.emulate: true)");
+    return kernels::NewCpuBackend(o.threads);
+  }
+  if (name == "cpu") {
+    return absl::FailedPreconditionError(
+        "precision: fp8 needs a GPU of compute capability 8.9 or higher; the cpu backend only "
+        "emulates it (set fp8.emulate: true)");
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> cuda = kernels::NewCudaBackend(0);
+  if (!cuda.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("precision: fp8 needs a GPU of compute capability 8.9 or higher: ",
+                     cuda.status().message()));
+  }
+  if (absl::Status s = (*cuda)->Fp8Supported(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("precision: fp8: ", s.message()));
+  }
+  Info(o, "cuda backend: precision fp8 (delayed scaling), bf16 elsewhere");
+  return std::move(*cuda);
+}
+
+Fp8Options Fp8OptionsFromSpec(const v1::JobSpec& spec) {
+  Fp8Options f;
+  f.enabled = spec.precision() == "fp8";
+  f.hybrid = spec.fp8().format() == "hybrid";
+  f.amax_history_len = spec.fp8().amax_history_len();
+  f.use_history_max = spec.fp8().amax_compute_algo() == "max";
+  f.margin = spec.fp8().margin();
+  return f;
+}
+
+void ToProto(const std::vector<Fp8TensorStat>& stats, v1::StepReport* r) {
+  for (const Fp8TensorStat& t : stats) {
+    v1::Fp8TensorStats* p = r->add_fp8();
+    p->set_layer(t.layer);
+    p->set_tensor(Fp8LinearName(t.linear));
+    p->set_role(Fp8RoleName(t.role));
+    p->set_format(kernels::Fp8FormatName(t.format));
+    p->set_scale(t.scale);
+    p->set_amax(t.amax);
+    p->set_amax_history_max(t.amax_history_max);
+    p->set_saturated_ratio(t.saturated_ratio);
+    p->set_underflow_ratio(t.underflow_ratio);
+  }
+}
+
 // Picks the backend for the job: the cuda backend trains in bf16, the cpu backend in fp32;
 // "auto" takes a usable GPU when this build has the CUDA backend, else the CPU.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const TrainerOptions& o) {
@@ -52,6 +108,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const TrainerOptio
     return absl::InvalidArgumentError(absl::StrCat("threads: ", o.threads, " < 0"));
   }
   const std::string& precision = o.spec.precision();
+  if (precision == "fp8") return MakeFp8Backend(o, name);
   std::string cuda_problem;
   if (name != "cpu") {
     absl::StatusOr<std::unique_ptr<kernels::Backend>> cuda = kernels::NewCudaBackend(0);
@@ -209,6 +266,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.freeze_layers.assign(tr.freeze_layers().begin(), tr.freeze_layers().end());
   mo.freeze_embeddings = tr.freeze_embeddings();
   mo.recompute = recompute;
+  mo.fp8 = Fp8OptionsFromSpec(spec);
+  const bool fp8 = mo.fp8.enabled;
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
   Model& model = **model_or;
@@ -301,6 +360,13 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
   }
   const int every = spec.checkpoint().every_steps();
+  // Optimizer steps taken (AdamW's bias correction); a resumed run has taken every step before
+  // its first (FP8 skips are not in checkpoints yet).
+  int64_t applied = first_step - 1;
+  int64_t skipped = 0;  // FP8 steps skipped for non-finite loss or gradients
+  int64_t consecutive_skips = 0;
+  std::string first_overflow;  // of the current run of skipped steps
+  std::vector<Fp8TensorStat> fp8_stats;
   // Step 1 of a run pays one-time costs (lazy kernel loading, GEMM plans and autotuning), so
   // the profile starts one step later when there is one.
   const int64_t profile_from = total > first_step ? first_step + 1 : first_step;
@@ -309,6 +375,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     const auto start = std::chrono::steady_clock::now();
     model.ZeroGrad();
     double loss = 0.0;
+    bool finite = true;
     for (int micro = 0; micro < accum; ++micro) {
       if (Stopped(o)) {
         return absl::CancelledError(absl::StrCat("stopped at step ", step - 1, " of ", total));
@@ -318,9 +385,14 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       absl::StatusOr<double> l = model.Forward(batch.inputs, batch.targets);
       if (!l.ok()) return l.status();
       if (!std::isfinite(*l)) {
-        return absl::InternalError(
-            absl::StrCat("step ", step, ": loss is ", *l,
-                         " (training diverged; try a lower training.lr or training.grad_clip)"));
+        if (!fp8) {
+          return absl::InternalError(
+              absl::StrCat("step ", step, ": loss is ", *l,
+                           " (training diverged; try a lower training.lr or training.grad_clip)"));
+        }
+        finite = false;
+        loss = *l;
+        break;
       }
       loss += *l / accum;
       if (dp != nullptr) dp->ReduceDuringNextBackward(micro == accum - 1);
@@ -334,8 +406,38 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       comm_exposed = *waited;
     }
     const double lr = LearningRate(*schedule, step);
+    if (fp8 && finite) {
+      absl::StatusOr<float> norm = model.GradNorm();
+      if (!norm.ok()) return norm.status();
+      finite = std::isfinite(*norm);
+    }
+    if (!finite) {
+      // FP8: skip the step (no update, the step's amaxes discarded) and name the first FP8
+      // tensor that saw an inf or NaN.
+      if (absl::Status s = model.Fp8EndStep(/*apply=*/false, &fp8_stats); !s.ok()) return s;
+      ++skipped;
+      if (++consecutive_skips == 1) {
+        first_overflow = Fp8State::FirstNonFinite(fp8_stats);
+        if (first_overflow.empty())
+          first_overflow = "none of the FP8 tensors (BF16 ops overflowed)";
+      }
+      Info(o,
+           absl::StrCat("step ", step, ": skipped (loss ", loss,
+                        ", non-finite loss or gradients; first overflow in ", first_overflow, ")"));
+      if (consecutive_skips >= spec.fp8().max_consecutive_skips()) {
+        return absl::InternalError(absl::StrCat(
+            "step ", step, ": ", consecutive_skips,
+            " consecutive steps skipped for non-finite loss or gradients (fp8.max_consecutive_"
+            "skips ",
+            spec.fp8().max_consecutive_skips(),
+            "); the first tensor that overflowed: ", first_overflow));
+      }
+      continue;
+    }
+    consecutive_skips = 0;
+    ++applied;
     absl::StatusOr<float> norm =
-        model.OptimizerStep(static_cast<float>(lr), static_cast<int>(step));
+        model.OptimizerStep(static_cast<float>(lr), static_cast<int>(applied));
     if (!norm.ok()) return norm.status();
     if (dp != nullptr) {
       absl::StatusOr<double> mean = dp->AverageLoss(loss);
@@ -347,11 +449,19 @@ absl::Status RunTrainer(const TrainerOptions& o) {
         checksum = *agreed;
       }
     }
+    const bool evaluate = eval && (step % spec.eval().every_steps() == 0 || step == total);
+    const bool report =
+        o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate);
+    if (fp8) {
+      if (absl::Status s = model.Fp8EndStep(/*apply=*/true, report ? &fp8_stats : nullptr);
+          !s.ok()) {
+        return s;
+      }
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     tokens_processed += tokens_per_step;
 
-    const bool evaluate = eval && (step % spec.eval().every_steps() == 0 || step == total);
     double val_loss = 0.0;
     if (evaluate) {
       absl::StatusOr<double> val = evaluate_loss();
@@ -359,7 +469,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       val_loss = *val;
     }
 
-    if (o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate)) {
+    if (report) {
       v1::StepReport r;
       r.set_job_id(o.job_id);
       r.set_rank(o.rank);
@@ -377,6 +487,10 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (evaluate) r.set_val_loss(val_loss);
       r.set_comm_exposed_seconds(comm_exposed);
       r.set_param_checksum(checksum);
+      if (fp8) {
+        ToProto(fp8_stats, &r);
+        r.set_skipped_steps(skipped);
+      }
       o.on_step(r);
     }
     if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&

@@ -84,13 +84,17 @@ struct TrainerOptions {
 // Trains the job. OK: every step ran (and generation, if asked). Errors:
 //   INVALID_ARGUMENT    the spec is not resolved or not trainable (names the field);
 //   FAILED_PRECONDITION this build cannot run it (backend "cuda", precision other than fp32
-//                       on the cpu backend);
+//                       on the cpu backend, fp8 without fp8.emulate on a GPU below compute
+//                       capability 8.9 or without a GPU);
 //   INVALID_ARGUMENT    also: rank outside [0, world_size), or no coordinator for world_size > 1;
 //   DEADLINE_EXCEEDED, UNAVAILABLE  data parallelism: a rank never arrived, died or hung (the
 //                       message names it) within resources.collective_timeout_seconds;
 //   INTERNAL            also: the ranks' parameter replicas diverged (names the ranks);
 //   CANCELLED           *stop was set (names the step reached);
-//   INTERNAL            the loss became non-finite (names the step);
+//   INTERNAL            the loss became non-finite (names the step); in FP8 such steps are
+//                       skipped and counted (StepReport.skipped_steps) and the job fails
+//                       after fp8.max_consecutive_skips in a row, naming the first FP8
+//                       tensor that overflowed;
 //   RESOURCE_EXHAUSTED  the model does not fit in memory (names the allocation);
 //   FAILED_PRECONDITION also: the checkpoint directory holds another job's checkpoint;
 //   other codes         from the backend.

@@ -1,0 +1,105 @@
+// CudaBackend's FP8 ops: the cast-transpose and scale update launch fp8.cu's kernels; the
+// GEMM is cuBLASLt's FP8 matmul (TN: both operands K-contiguous, per-tensor dequantisation
+// scales through A/B scale pointers, BF16 output and bias).
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_ops.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+cudaDataType_t CudaType(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+}  // namespace
+
+#define BOULDER_REQUIRE_FP8(cond, msg)                                       \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      Fail(absl::InvalidArgumentError(absl::StrCat("cuda backend: ", msg))); \
+      return;                                                                \
+    }                                                                        \
+  } while (0)
+
+absl::Status CudaBackend::Fp8Supported() const {
+  if (cc_major_ * 10 + cc_minor_ >= 89) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(device_name_, " has compute capability ", cc_major_, ".", cc_minor_,
+                   "; FP8 training needs 8.9 or higher (Ada, Hopper) — set precision: bf16, or "
+                   "fp8.emulate: true to emulate FP8 on the cpu backend"));
+}
+
+void CudaBackend::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
+                          Fp8Format format, const float* scale, float* amax, uint64_t* counts) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "CastFp8");
+  BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "CastFp8 without an output");
+  Check(cuda::CastFp8(out, out_t, static_cast<const bf16*>(inp), rows, cols,
+                      format == Fp8Format::kE4M3, scale, amax,
+                      reinterpret_cast<unsigned long long*>(counts), stream_),
+        "CastFp8");
+}
+
+void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
+                            const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                            const float* b_scale_inv, const void* bias, int M, int N, int K,
+                            bool accumulate, bool fast_accum) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "MatmulFp8");
+  BOULDER_REQUIRE_FP8(
+      M % 16 == 0 && N % 16 == 0 && K % 16 == 0,
+      absl::StrCat("FP8 GEMM dims M=", M, " N=", N, " K=", K, " must be multiples of 16"));
+  BOULDER_REQUIRE_FP8(a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3,
+                      "FP8 GEMM with two E5M2 operands (cuBLASLt needs one E4M3)");
+  BOULDER_REQUIRE_FP8(!(accumulate && bias != nullptr), "FP8 GEMM: bias with accumulate");
+  // Row-major out[M,N] = a[M,K]·b[N,K]ᵀ is column-major outᵀ[N,M] = bᵀ(T)·a(N).
+  GemmShape s;
+  s.trans_a = true;
+  s.m = N;
+  s.n = M;
+  s.k = K;
+  s.lda = K;
+  s.ldb = K;
+  s.ldd = N;
+  s.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  s.accumulate = accumulate;
+  s.a_type = CudaType(b_format);
+  s.b_type = CudaType(a_format);
+  s.fast_accum = fast_accum;
+  Check(matmul_->Run(s, b, a, out, bias, nullptr, stream_, b_scale_inv, a_scale_inv));
+}
+
+void CudaBackend::GeluForward(void* out, const void* inp, size_t n) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "GeluForward");
+  Check(cuda::GeluForward(static_cast<bf16*>(out), static_cast<const bf16*>(inp), n, stream_),
+        "GeluForward");
+}
+
+void CudaBackend::GeluBackward(void* dout, const void* pre, size_t n) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "GeluBackward");
+  Check(GeluBackwardInPlace(static_cast<bf16*>(dout), static_cast<const bf16*>(pre), n, stream_),
+        "GeluBackwardInPlace");
+}
+
+void CudaBackend::BiasBackward(void* dbias, const void* dout, int N, int OC) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "BiasBackward");
+  Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), static_cast<const bf16*>(dout), N, OC,
+                            scratch_, stream_),
+        "ColumnSumAccumulate");
+}
+
+void CudaBackend::Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                                 const float* fp8_max, int n, int history_len, bool use_history_max,
+                                 int margin) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "Fp8ScaleUpdate");
+  Check(cuda::Fp8ScaleUpdate(scale, scale_inv, history, amax, fp8_max, n, history_len,
+                             use_history_max, margin, stream_),
+        "Fp8ScaleUpdate");
+}
+
+}  // namespace boulder::kernels::cuda

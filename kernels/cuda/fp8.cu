@@ -1,0 +1,121 @@
+// FP8 kernels: the cast(-transpose) with amax and saturation/underflow counts, and the fused
+// delayed-scaling update of every FP8 tensor.
+//
+// Cast: one 32x32 tile per block (32x8 threads). Each element is scaled in FP32 and converted
+// with cvt.rn.satfinite (round to nearest even, finite overflow and ±inf clamp to ±max,
+// NaN stays NaN) — the encoding kernels/cpu/fp8.cc emulates. The row-major output is written
+// as the tile is read; the transposed output goes through shared memory so both writes stay
+// coalesced along rows. amax is a max over |x| as unsigned bit patterns (valid for
+// non-negative floats; NaN beats inf), reduced per warp, per block, then one atomicMax per
+// block; the counters likewise (one 64-bit atomicAdd per block and counter).
+//
+// Scale update: one thread per tensor running kernels/fp8_recipe.h. This file is compiled
+// without --use_fast_math (see CMakeLists.txt) so the division and reciprocal are IEEE and
+// subnormals are kept: the scales are bit-identical to the CPU backend's.
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/fp8_recipe.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+constexpr int kTile = 32;
+constexpr int kRowsPerPass = 8;
+
+__device__ __forceinline__ uint8_t ToFp8(float y, bool e4m3) {
+  return e4m3 ? __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3)
+              : __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E5M2);
+}
+
+__global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
+                              bool e4m3, const float* scale_p, float* amax,
+                              unsigned long long* counts) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  __shared__ unsigned int s_amax;
+  __shared__ unsigned int s_counts[3];
+  const int tid = threadIdx.y * kTile + threadIdx.x;
+  if (tid == 0) {
+    s_amax = 0;
+    s_counts[0] = s_counts[1] = s_counts[2] = 0;
+  }
+  __syncthreads();
+  const float scale = *scale_p;
+  const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const int c0 = blockIdx.x * kTile, r0 = blockIdx.y * kTile;
+  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {
+    const int r = r0 + i, c = c0 + threadIdx.x;
+    uint8_t q = 0;
+    if (r < rows && c < cols) {
+      const float x = __bfloat162float(inp[size_t(r) * cols + c]);
+      const float y = __fmul_rn(x, scale);
+      q = ToFp8(y, e4m3);
+      if (out != nullptr) out[size_t(r) * cols + c] = q;
+      my_amax = max(my_amax, __float_as_uint(fabsf(x)));
+      if (!isfinite(x)) {
+        ++non_finite;
+      } else {
+        if (fabsf(y) > fp8_max) ++saturated;
+        if (x != 0.0f && (q & 0x7F) == 0) ++underflow;
+      }
+    }
+    tile[i][threadIdx.x] = q;
+  }
+  __syncthreads();
+  if (out_t != nullptr) {
+    for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {
+      const int c = c0 + i, r = r0 + threadIdx.x;  // row c, column r of the transpose
+      if (c < cols && r < rows) out_t[size_t(c) * rows + r] = tile[threadIdx.x][i];
+    }
+  }
+  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
+  saturated = __reduce_add_sync(0xffffffffu, saturated);
+  underflow = __reduce_add_sync(0xffffffffu, underflow);
+  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
+  if (threadIdx.x == 0) {
+    atomicMax(&s_amax, my_amax);
+    if (saturated) atomicAdd(&s_counts[0], saturated);
+    if (underflow) atomicAdd(&s_counts[1], underflow);
+    if (non_finite) atomicAdd(&s_counts[2], non_finite);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
+    for (int k = 0; k < 3; ++k) {
+      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
+    }
+  }
+}
+
+__global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, float* history, float* amax,
+                                     const float* fp8_max, int n, int len, bool use_history_max,
+                                     int margin) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n)
+    Fp8UpdateOne(i, scale, scale_inv, history, amax, fp8_max, len, use_history_max, margin);
+}
+
+}  // namespace
+
+cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols, bool e4m3,
+                    const float* scale, float* amax, unsigned long long* counts, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const dim3 grid(CeilDiv(cols, kTile), CeilDiv(rows, kTile));
+  const dim3 block(kTile, kRowsPerPass);
+  CastFp8Kernel<<<grid, block, 0, s>>>(out, out_t, inp, rows, cols, e4m3, scale, amax, counts);
+  return cudaGetLastError();
+}
+
+cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                           const float* fp8_max, int n, int history_len, bool use_history_max,
+                           int margin, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, history, amax, fp8_max, n,
+                                                       history_len, use_history_max, margin);
+  return cudaGetLastError();
+}
+
+}  // namespace boulder::kernels::cuda

@@ -1,0 +1,26 @@
+// Launchers of the FP8 kernels (fp8.cu), behind CudaBackend::CastFp8 and Fp8ScaleUpdate; the
+// contracts are those of kernels/backend.h. Each takes an explicit stream, checks the launch
+// and returns its error; none synchronises.
+#ifndef BOULDER_KERNELS_CUDA_FP8_OPS_H_
+#define BOULDER_KERNELS_CUDA_FP8_OPS_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace boulder::kernels::cuda {
+
+// inp [rows, cols] BF16 -> out [rows, cols] and/or out_t [cols, rows] FP8 (E4M3 when e4m3,
+// else E5M2); *amax max-accumulated, counts[3] (saturated, underflow, non-finite) added to.
+cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int rows, int cols,
+                    bool e4m3, const float* scale, float* amax, unsigned long long* counts,
+                    cudaStream_t s);
+
+cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                           const float* fp8_max, int n, int history_len, bool use_history_max,
+                           int margin, cudaStream_t s);
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_FP8_OPS_H_

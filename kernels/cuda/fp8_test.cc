@@ -1,0 +1,362 @@
+// The CUDA FP8 ops against the CPU backend's exact emulation (kernels/cpu/fp8.h), on fresh
+// random inputs (BF16-rounded so both see the same values), outputs poisoned first:
+//   - cast(-transpose): codes identical to the emulation's (both round to nearest even and
+//     saturate); decoded values within Transformer Engine's tolerances (E4M3 rtol 0.125 /
+//     atol 0.0675, E5M2 rtol 0.25 / atol 0.125) of the scaled input; amax and the saturated,
+//     underflow and non-finite counts exactly equal;
+//   - FP8 GEMM (cuBLASLt, TN, scale pointers, BF16 out): within TE's tolerances (of the
+//     operands' formats) of the emulated GEMM on the same FP8 operands, plus bias and
+//     accumulate, with and without fast accumulation;
+//   - the delayed-scaling update: scales, inverses and histories bit-identical to the CPU's,
+//     including amax 0, inf, NaN, subnormal and huge values and margins.
+// Skips, saying so, without a GPU of compute capability 8.9 or higher.
+#include "kernels/cpu/fp8.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace boulder::kernels::cuda {
+namespace {
+
+float RoundBF16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  x &= 0xffff0000u;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+struct Tol {
+  double rtol, atol;
+};
+Tol TeTolerance(Fp8Format f) {
+  return f == Fp8Format::kE4M3 ? Tol{0.125, 0.0675} : Tol{0.25, 0.125};
+}
+
+class CudaFp8Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = CudaBackend::Create(0);
+    if (!b.ok()) GTEST_SKIP() << "no usable CUDA device: " << b.status().message();
+    if (absl::Status s = (*b)->Fp8Supported(); !s.ok()) {
+      GTEST_SKIP() << "GPU without FP8: " << s.message();
+    }
+    gpu_ = std::move(*b);
+    rng_.seed(::testing::UnitTest::GetInstance()->random_seed() + 29);
+  }
+  void TearDown() override {
+    if (!gpu_) return;  // skipped, or a test dropped a backend in an error state
+    absl::Status s = gpu_->Synchronize();
+    EXPECT_TRUE(s.ok()) << s;
+    for (void* p : owned_) gpu_->Free(p);
+  }
+  template <typename T>
+  T* Upload(const std::vector<T>& v) {
+    void* p = *gpu_->Alloc(std::max<size_t>(v.size(), 1) * sizeof(T));
+    owned_.push_back(p);
+    gpu_->CopyFromHost(p, v.data(), v.size() * sizeof(T));
+    return static_cast<T*>(p);
+  }
+  void* UploadBF16(const std::vector<float>& v) {
+    void* p = *gpu_->Alloc(v.size() * 2);
+    owned_.push_back(p);
+    gpu_->CopyFromHostF32(p, DType::kBF16, v.data(), v.size());
+    return p;
+  }
+  template <typename T>
+  std::vector<T> Download(const T* p, size_t n) {
+    std::vector<T> v(n);
+    gpu_->CopyToHost(v.data(), p, n * sizeof(T));
+    absl::Status s = gpu_->Synchronize();
+    EXPECT_TRUE(s.ok()) << s;
+    return v;
+  }
+
+  // Random BF16 values with a share of outliers (saturate), tiny values (underflow) and zeros.
+  std::vector<float> Inputs(size_t n, float spread) {
+    std::normal_distribution<float> d(0.f, spread);
+    std::uniform_int_distribution<int> kind(0, 19);
+    std::vector<float> v(n);
+    for (auto& x : v) {
+      const int k = kind(rng_);
+      x = d(rng_);
+      if (k == 0) x *= 1e4f;
+      if (k == 1) x *= 1e-12f;
+      if (k == 2) x = 0.0f;
+      x = RoundBF16(x);
+    }
+    return v;
+  }
+
+  void CastCase(Fp8Format f, int rows, int cols, float scale) {
+    SCOPED_TRACE(absl::StrCat(FormatName(f), " ", rows, "x", cols, " scale ", scale));
+    std::vector<float> x = Inputs(size_t(rows) * cols, 2.0f);
+    void* in = UploadBF16(x);
+    std::vector<uint8_t> poison(x.size(), 0x7F);
+    uint8_t* out = Upload(poison);
+    uint8_t* out_t = Upload(poison);
+    float* d_scale = Upload(std::vector<float>{scale});
+    float* d_amax = Upload(std::vector<float>{0.0f});
+    uint64_t* d_counts = Upload(std::vector<uint64_t>{0, 0, 0});
+    gpu_->CastFp8(out, out_t, in, rows, cols, f, d_scale, d_amax, d_counts);
+    const std::vector<uint8_t> got = Download(out, x.size()), got_t = Download(out_t, x.size());
+    const float amax = Download(d_amax, 1)[0];
+    const std::vector<uint64_t> counts = Download(d_counts, 3);
+
+    std::vector<uint8_t> want(x.size()), want_t(x.size());
+    float want_amax = 0;
+    uint64_t want_counts[3] = {0, 0, 0};
+    cpu::CastFp8<float>(want.data(), want_t.data(), x.data(), rows, cols, f, &scale, &want_amax,
+                        want_counts);
+    const Tol tol = TeTolerance(f);
+    int mismatched = 0, out_of_tol = 0, transposed_wrong = 0;
+    std::string first;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) {
+        const size_t i = size_t(r) * cols + c;
+        if (got[i] != want[i]) {
+          if (mismatched++ == 0) {
+            first = absl::StrCat("[", r, ",", c, "] x=", x[i], " gpu 0x", absl::Hex(got[i]),
+                                 " cpu 0x", absl::Hex(want[i]));
+          }
+        }
+        if (got_t[size_t(c) * rows + r] != got[i]) ++transposed_wrong;
+        // Against the (saturated) scaled input, as TE checks its casts.
+        const float max = Fp8Max(f);
+        const float y = std::max(-max, std::min(max, x[i] * scale));
+        const float v = cpu::DecodeFp8(got[i], f);
+        if (!(std::fabs(v - y) <= tol.atol + tol.rtol * std::fabs(y))) ++out_of_tol;
+      }
+    }
+    EXPECT_EQ(mismatched, 0) << "codes differing from the CPU emulation; first " << first;
+    EXPECT_EQ(transposed_wrong, 0) << "out_t is not the transpose of out";
+    EXPECT_EQ(out_of_tol, 0) << "decoded values outside TE's tolerance";
+    EXPECT_EQ(amax, want_amax);
+    EXPECT_EQ(counts[kFp8Saturated], want_counts[kFp8Saturated]);
+    EXPECT_EQ(counts[kFp8Underflow], want_counts[kFp8Underflow]);
+    EXPECT_EQ(counts[kFp8NonFinite], want_counts[kFp8NonFinite]);
+    if (x.size() >= 1000) {
+      EXPECT_GT(want_counts[kFp8Saturated], 0u) << "the case should exercise saturation";
+      EXPECT_GT(want_counts[kFp8Underflow], 0u) << "the case should exercise underflow";
+    }
+  }
+
+  static const char* FormatName(Fp8Format f) { return Fp8FormatName(f); }
+
+  std::unique_ptr<CudaBackend> gpu_;
+  std::vector<void*> owned_;
+  std::mt19937 rng_;
+};
+
+TEST_F(CudaFp8Test, CastTransposeMatchesEmulationE4M3) {
+  CastCase(Fp8Format::kE4M3, 256, 768, 64.0f);
+  CastCase(Fp8Format::kE4M3, 100, 72, 3.0f);  // partial tiles
+  CastCase(Fp8Format::kE4M3, 1, 33, 500.0f);
+}
+
+TEST_F(CudaFp8Test, CastTransposeMatchesEmulationE5M2) {
+  CastCase(Fp8Format::kE5M2, 128, 2304, 4096.0f);
+  CastCase(Fp8Format::kE5M2, 37, 45, 8.0f);
+}
+
+TEST_F(CudaFp8Test, CastCountsNonFiniteAndAccumulatesAmax) {
+  const std::vector<float> x = {1.0f, INFINITY, -2.0f, NAN, 0.5f, 3.0f, -INFINITY, 0.0f};
+  void* in = UploadBF16(x);
+  uint8_t* out = Upload(std::vector<uint8_t>(8, 0));
+  float* d_scale = Upload(std::vector<float>{1.0f});
+  float* d_amax = Upload(std::vector<float>{5.0f});  // max-accumulated across casts
+  uint64_t* d_counts = Upload(std::vector<uint64_t>{1, 2, 3});
+  gpu_->CastFp8(out, nullptr, in, 2, 4, Fp8Format::kE4M3, d_scale, d_amax, d_counts);
+  const std::vector<uint64_t> counts = Download(d_counts, 3);
+  EXPECT_TRUE(std::isnan(Download(d_amax, 1)[0])) << "a NaN input makes amax NaN";
+  EXPECT_EQ(counts[kFp8NonFinite], 3u + 3u);
+  EXPECT_EQ(counts[kFp8Saturated], 1u);
+  EXPECT_EQ(counts[kFp8Underflow], 2u);
+  const std::vector<uint8_t> q = Download(out, 8);
+  EXPECT_EQ(q[1], 0x7E) << "+inf saturates to 448";
+  EXPECT_EQ(q[6], 0xFE) << "-inf saturates to -448";
+
+  const std::vector<float> y = {1.0f, -7.0f};
+  void* in2 = UploadBF16(y);
+  float* d_amax2 = Upload(std::vector<float>{5.0f});
+  gpu_->CastFp8(nullptr, out, in2, 1, 2, Fp8Format::kE4M3, d_scale, d_amax2, d_counts);
+  EXPECT_EQ(Download(d_amax2, 1)[0], 7.0f);
+}
+
+class CudaFp8GemmTest : public CudaFp8Test {
+ protected:
+  // out[M,N] = deq(a[M,K]) · deq(b[N,K])ᵀ (+ bias) on both backends from the same FP8 codes.
+  void Case(int M, int N, int K, Fp8Format fa, Fp8Format fb, bool with_bias, bool accumulate,
+            bool fast) {
+    SCOPED_TRACE(absl::StrCat(M, "x", N, "x", K, " ", FormatName(fa), "·", FormatName(fb),
+                              with_bias ? " bias" : "", accumulate ? " accumulate" : "",
+                              fast ? " fast_accum" : ""));
+    std::normal_distribution<float> d(0.f, 1.f);
+    auto codes = [&](size_t n, Fp8Format f, float scale) {
+      std::vector<uint8_t> v(n);
+      for (auto& c : v) c = cpu::EncodeFp8(d(rng_) * scale, f);
+      return v;
+    };
+    const float sa = 0.03f, sb = 0.5f;  // dequantisation factors (scale_inv)
+    const std::vector<uint8_t> a = codes(size_t(M) * K, fa, 40.f),
+                               b = codes(size_t(N) * K, fb, 3.f);
+    std::vector<float> bias(N), init(size_t(M) * N);
+    for (auto& x : bias) x = RoundBF16(d(rng_));
+    for (auto& x : init) x = RoundBF16(d(rng_));
+
+    std::vector<float> want = accumulate ? init : std::vector<float>(size_t(M) * N, 0.f);
+    cpu::MatmulFp8<float>(1, want.data(), a.data(), fa, sa, b.data(), fb, sb,
+                          with_bias ? bias.data() : nullptr, M, N, K, accumulate);
+    void* out = UploadBF16(accumulate ? init : std::vector<float>(size_t(M) * N, NAN));
+    gpu_->MatmulFp8(out, Upload(a), fa, Upload(std::vector<float>{sa}), Upload(b), fb,
+                    Upload(std::vector<float>{sb}), with_bias ? UploadBF16(bias) : nullptr, M, N, K,
+                    accumulate, fast);
+    std::vector<float> got(size_t(M) * N);
+    gpu_->CopyToHostF32(got.data(), out, DType::kBF16, got.size());
+    absl::Status s = gpu_->Synchronize();
+    ASSERT_TRUE(s.ok()) << s;
+    const Tol tol = fa == Fp8Format::kE5M2 || fb == Fp8Format::kE5M2
+                        ? TeTolerance(Fp8Format::kE5M2)
+                        : TeTolerance(Fp8Format::kE4M3);
+    int bad = 0;
+    double num = 0, den = 0;
+    std::string first;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      den += double(want[i]) * want[i];
+      if (!(std::fabs(got[i] - want[i]) <= tol.atol + tol.rtol * std::fabs(want[i]))) {
+        if (bad++ == 0)
+          first = absl::StrCat("[", i / N, ",", i % N, "] gpu ", got[i], " cpu ", want[i]);
+      }
+    }
+    EXPECT_EQ(bad, 0) << "elements outside TE's tolerance; first " << first;
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error";
+  }
+};
+
+TEST_F(CudaFp8GemmTest, ForwardShapes) {
+  Case(256, 2304, 768, Fp8Format::kE4M3, Fp8Format::kE4M3, true, false, true);
+  Case(64, 96, 128, Fp8Format::kE4M3, Fp8Format::kE4M3, false, false, false);
+}
+
+TEST_F(CudaFp8GemmTest, DgradAndWgradWithE5M2Gradients) {
+  // dinp = dout(E5M2) · Wᵀ(E4M3); dW += doutᵀ(E5M2) · inpᵀ(E4M3), accumulating.
+  Case(256, 768, 3072, Fp8Format::kE5M2, Fp8Format::kE4M3, false, false, false);
+  Case(768, 3072, 512, Fp8Format::kE5M2, Fp8Format::kE4M3, false, true, false);
+  Case(48, 32, 64, Fp8Format::kE4M3, Fp8Format::kE5M2, false, true, false);
+}
+
+TEST_F(CudaFp8GemmTest, RejectsBadShapesAndTwoE5M2Operands) {
+  std::vector<uint8_t> z(32 * 32, 0);
+  void* out = UploadBF16(std::vector<float>(32 * 32, 0.f));
+  float* one = Upload(std::vector<float>{1.f});
+  gpu_->MatmulFp8(out, Upload(z), Fp8Format::kE5M2, one, Upload(z), Fp8Format::kE5M2, one, nullptr,
+                  32, 32, 32, false, false);
+  absl::Status s = gpu_->Synchronize();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("two E5M2 operands"), std::string::npos) << s;
+  gpu_.reset();  // the backend's error is sticky
+}
+
+TEST_F(CudaFp8Test, ScaleUpdateIsBitIdenticalToCpu) {
+  const int H = 8;
+  std::vector<float> amaxes = {0.0f,
+                               INFINITY,
+                               NAN,
+                               1e-45f,
+                               1e-40f,
+                               3e38f,
+                               0x1p-100f,
+                               448.0f,
+                               1.0f,
+                               0.3f,
+                               57344.f,
+                               1e-3f,
+                               std::numeric_limits<float>::max()};
+  std::uniform_real_distribution<float> e(-60.f, 60.f);
+  while (amaxes.size() < 500)
+    amaxes.push_back(std::exp2(e(rng_)) * (1.f + amaxes.size() % 13 / 16.f));
+  const int n = static_cast<int>(amaxes.size());
+  for (int margin : {0, 2, 31}) {
+    for (bool use_max : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("margin ", margin, use_max ? " max" : " most_recent"));
+      std::vector<float> scale(n), scale_inv(n), hist(size_t(n) * H), fp8_max(n);
+      std::uniform_real_distribution<float> u(0.f, 4.f);
+      for (int i = 0; i < n; ++i) {
+        scale[i] = 1.0f + i % 5;
+        scale_inv[i] = 1.0f / scale[i];
+        fp8_max[i] = i % 2 ? 448.f : 57344.f;
+        for (int j = 0; j < H; ++j) hist[size_t(i) * H + j] = (i + j) % 7 == 0 ? NAN : u(rng_);
+        if (i % 3 == 0)
+          for (int j = 0; j < H; ++j) hist[size_t(i) * H + j] = 0.f;
+      }
+      std::vector<float> amax = amaxes;
+      float* ds = Upload(scale);
+      float* dsi = Upload(scale_inv);
+      float* dh = Upload(hist);
+      float* da = Upload(amax);
+      float* dm = Upload(fp8_max);
+      // Two rounds, so the rolled histories feed the second.
+      for (int round = 0; round < 2; ++round) {
+        gpu_->Fp8ScaleUpdate(ds, dsi, dh, da, dm, n, H, use_max, margin);
+        cpu::Fp8ScaleUpdate(scale.data(), scale_inv.data(), hist.data(), amax.data(),
+                            fp8_max.data(), n, H, use_max, margin);
+        gpu_->CopyFromHost(da, amaxes.data(), n * sizeof(float));
+        amax = amaxes;
+      }
+      auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      };
+      const std::vector<float> gs = Download(ds, n), gsi = Download(dsi, n),
+                               gh = Download(dh, size_t(n) * H);
+      int first = -1;
+      for (int i = 0; i < n && first < 0; ++i) {
+        if (std::memcmp(&gs[i], &scale[i], 4) != 0) first = i;
+      }
+      EXPECT_TRUE(same_bits(gs, scale))
+          << "scale differs first at " << first << " (amax " << (first >= 0 ? amaxes[first] : 0)
+          << "): gpu " << (first >= 0 ? gs[first] : 0) << " cpu "
+          << (first >= 0 ? scale[first] : 0);
+      EXPECT_TRUE(same_bits(gsi, scale_inv)) << "scale_inv";
+      // Histories may hold NaNs with different payloads: compare NaN-ness, then values.
+      for (size_t i = 0; i < gh.size(); ++i) {
+        if (std::isnan(hist[i])) {
+          ASSERT_TRUE(std::isnan(gh[i])) << i;
+        } else {
+          ASSERT_EQ(gh[i], hist[i]) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaFp8Test, GeluForwardMatchesCpu) {
+  std::unique_ptr<Backend> cpu = NewCpuBackend(1);
+  std::normal_distribution<float> d(0.f, 2.f);
+  std::vector<float> x(1003);
+  for (auto& v : x) v = RoundBF16(d(rng_));
+  void* in = UploadBF16(x);
+  void* out = UploadBF16(std::vector<float>(x.size(), NAN));
+  gpu_->GeluForward(out, in, x.size());
+  std::vector<float> got(x.size()), want(x.size());
+  gpu_->CopyToHostF32(got.data(), out, DType::kBF16, x.size());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  cpu->GeluForward(want.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-2 * std::fabs(want[i]) + 1e-3) << "x = " << x[i];
+  }
+}
+
+}  // namespace
+}  // namespace boulder::kernels::cuda

@@ -1,0 +1,240 @@
+// FP8 training on the GPU (precision fp8) against the CPU backend's exact FP8 emulation and
+// against BF16 training. Skips, saying so, without a GPU of compute capability 8.9 or higher
+// (ctest label gpu).
+//
+// Tolerances:
+//   one step, same BF16-rounded weights and batch, scales from a first step: the GPU's FP8
+//   loss within 2e-2 relative of the emulation's (BF16 vs FP32 activations move some values
+//   across FP8 rounding boundaries); each parameter's gradient within 0.25 relative L2 error;
+//   scales within 5% (their amaxes come from BF16 vs FP32 activations).
+//   200 steps of the seed job: FP8's mean loss over the last 20 steps within 0.05 absolute
+//   (or 10% relative) of BF16's (the margin the issue asks to state), no skipped steps, and
+//   greedy generation keeps the prompt's stride.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/engine/data.h"
+#include "worker/engine/model.h"
+#include "worker/engine/trainer.h"
+
+namespace boulder::engine {
+namespace {
+
+// A CUDA backend with FP8, or null with the reason in *why.
+std::unique_ptr<kernels::Backend> Fp8GpuOrNull(std::string* why) {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> b = kernels::NewCudaBackend(0);
+  if (!b.ok()) {
+    *why = absl::StrCat("no usable CUDA device: ", b.status().message());
+    return nullptr;
+  }
+  if (absl::Status s = (*b)->Fp8Supported(); !s.ok()) {
+    *why = absl::StrCat("GPU without FP8: ", s.message());
+    return nullptr;
+  }
+  return std::move(*b);
+}
+
+ModelOptions SmallOptions() {
+  ModelOptions o;
+  o.config.vocab_size = 96;
+  o.config.padded_vocab_size = PaddedVocabSize(96);
+  o.config.hidden = 128;
+  o.config.heads = 2;  // head size 64
+  o.config.layers = 2;
+  o.config.ffn = 512;
+  o.config.context = 128;
+  o.batch_size = 4;
+  o.seq_len = 64;  // 256 rows: FP8 GEMM dims are multiples of 16
+  o.seed = 7;
+  o.fp8.enabled = true;
+  return o;
+}
+
+std::vector<float> Download(kernels::Backend& b, const void* p, size_t n) {
+  std::vector<float> v(n);
+  b.CopyToHostF32(v.data(), p, b.compute_dtype(), n);
+  return v;
+}
+
+TEST(Fp8GpuTest, StepMatchesCpuEmulation) {
+  std::string why;
+  std::unique_ptr<kernels::Backend> gpu = Fp8GpuOrNull(&why);
+  if (!gpu) GTEST_SKIP() << why;
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(0);
+  const ModelOptions o = SmallOptions();
+  auto gm = Model::Create(gpu.get(), o);
+  auto cm = Model::Create(cpu.get(), o);
+  ASSERT_TRUE(gm.ok()) << gm.status();
+  ASSERT_TRUE(cm.ok()) << cm.status();
+  Model& g = **gm;
+  Model& c = **cm;
+  const size_t n = g.num_params();
+  std::vector<float> w = Download(*gpu, g.params(), n);
+  cpu->CopyFromHostF32(c.params(), cpu->compute_dtype(), w.data(), n);
+
+  ArithmeticData data(96, 6, 11);
+  const Batch batch = data.Get(0, 1, 0, o.batch_size, o.seq_len);
+  std::vector<Fp8TensorStat> gs, cs;
+  for (Model* m : {&g, &c}) {
+    m->ZeroGrad();
+    ASSERT_TRUE(m->Forward(batch.inputs, batch.targets).ok());
+    ASSERT_TRUE(m->Backward().ok());
+  }
+  ASSERT_TRUE(g.Fp8EndStep(true, &gs).ok());
+  ASSERT_TRUE(c.Fp8EndStep(true, &cs).ok());
+  ASSERT_EQ(gs.size(), cs.size());
+  for (size_t i = 0; i < gs.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("layer ", gs[i].layer, " ", Fp8LinearName(gs[i].linear), " ",
+                              Fp8RoleName(gs[i].role)));
+    EXPECT_NEAR(gs[i].scale, cs[i].scale, 0.05 * cs[i].scale);
+    EXPECT_NEAR(gs[i].saturated_ratio, cs[i].saturated_ratio, 0.01);
+    EXPECT_NEAR(gs[i].underflow_ratio, cs[i].underflow_ratio, 0.05);
+  }
+
+  g.ZeroGrad();
+  c.ZeroGrad();
+  absl::StatusOr<double> gl = g.Forward(batch.inputs, batch.targets);
+  absl::StatusOr<double> cl = c.Forward(batch.inputs, batch.targets);
+  ASSERT_TRUE(gl.ok() && cl.ok());
+  EXPECT_NEAR(*gl, *cl, 2e-2 * std::fabs(*cl)) << "loss";
+  ASSERT_TRUE(g.Backward().ok());
+  ASSERT_TRUE(c.Backward().ok());
+  std::vector<float> gg = Download(*gpu, g.grads(), n), cg = Download(*cpu, c.grads(), n);
+  for (const TensorInfo& t : g.layout().tensors()) {
+    double num = 0, den = 0;
+    for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+      ASSERT_TRUE(std::isfinite(gg[i])) << t.name << "[" << i - t.offset << "]";
+      num += (double(gg[i]) - cg[i]) * (double(gg[i]) - cg[i]);
+      den += double(cg[i]) * cg[i];
+    }
+    if (den == 0) continue;
+    EXPECT_LT(std::sqrt(num / den), 0.25) << t.name;
+  }
+}
+
+v1::JobSpec SeedSpec(const std::string& precision, int steps) {
+  v1::JobSpec s;
+  s.set_name("seed");
+  v1::ModelSpec* m = s.mutable_model();
+  m->set_preset("minigpt");
+  m->set_vocab_size(96);
+  m->set_hidden(768);
+  m->set_heads(12);
+  m->set_layers(4);
+  m->set_ffn(3072);
+  m->set_context(256);
+  m->set_tie_embeddings(false);
+  s.mutable_data()->set_source("arithmetic");
+  s.mutable_data()->set_max_stride(6);
+  v1::TrainingSpec* t = s.mutable_training();
+  t->set_steps(steps);
+  t->set_batch_size(8);
+  t->set_seq_len(64);
+  t->set_lr(3e-4);
+  t->set_beta1(0.9);
+  t->set_beta2(0.95);
+  t->set_eps(1e-8);
+  t->set_weight_decay(0.0);
+  t->set_warmup_steps(0);
+  t->set_schedule("constant");
+  t->set_min_lr_ratio(0.0);
+  t->set_grad_accum_steps(1);
+  t->set_grad_clip(1.0);
+  t->set_seed(1337);
+  t->set_deterministic(false);
+  t->set_log_every_steps(1);
+  s.set_precision(precision);
+  s.mutable_resources()->set_workers(1);
+  s.mutable_resources()->set_backend("cuda");
+  s.mutable_generation()->set_prompt_len(8);
+  s.mutable_generation()->set_tokens(16);
+  v1::Fp8Spec* f = s.mutable_fp8();
+  f->set_format("hybrid");
+  f->set_amax_history_len(16);
+  f->set_amax_compute_algo("max");
+  f->set_margin(0);
+  f->set_emulate(false);
+  f->set_max_consecutive_skips(10);
+  return s;
+}
+
+struct TrainRun {
+  absl::Status status;
+  std::vector<v1::StepReport> steps;
+  v1::GenerationResult generation;
+  double seconds = 0;
+};
+
+TrainRun Train(const v1::JobSpec& spec) {
+  TrainRun r;
+  TrainerOptions o;
+  o.spec = spec;
+  o.on_step = [&](const v1::StepReport& s) { r.steps.push_back(s); };
+  o.on_generation = [&](const v1::GenerationResult& g) { r.generation = g; };
+  const auto start = std::chrono::steady_clock::now();
+  r.status = RunTrainer(o);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+double MeanLastLoss(const std::vector<v1::StepReport>& v, size_t k) {
+  double s = 0;
+  for (size_t i = v.size() - k; i < v.size(); ++i) s += v[i].loss();
+  return s / k;
+}
+
+TEST(Fp8GpuTest, SeedJobInFp8ConvergesLikeBf16) {
+  std::string why;
+  if (!Fp8GpuOrNull(&why)) GTEST_SKIP() << why;
+  const int steps = 200;
+  TrainRun fp8 = Train(SeedSpec("fp8", steps));
+  TrainRun bf16 = Train(SeedSpec("bf16", steps));
+  ASSERT_TRUE(fp8.status.ok()) << fp8.status;
+  ASSERT_TRUE(bf16.status.ok()) << bf16.status;
+  ASSERT_EQ(fp8.steps.size(), size_t(steps));
+  ASSERT_EQ(bf16.steps.size(), size_t(steps));
+  for (int s : {0, 9, 49, 99, 199}) {
+    std::printf("step %3d  loss bf16 %.4f  fp8 %.4f\n", s + 1, bf16.steps[s].loss(),
+                fp8.steps[s].loss());
+  }
+  std::printf("wall time (incl. start-up and generation): bf16 %.2f s, fp8 %.2f s\n", bf16.seconds,
+              fp8.seconds);
+  const double f = MeanLastLoss(fp8.steps, 20), b = MeanLastLoss(bf16.steps, 20);
+  EXPECT_NEAR(f, b, std::max(0.05, 0.1 * b)) << "FP8 did not converge like BF16";
+  EXPECT_LT(f, 0.5);
+  const v1::StepReport& last = fp8.steps.back();
+  EXPECT_EQ(last.skipped_steps(), 0);
+  ASSERT_EQ(last.fp8_size(), 4 * 4 * 3);
+  for (const v1::Fp8TensorStats& t : last.fp8()) {
+    SCOPED_TRACE(absl::StrCat(t.layer(), " ", t.tensor(), " ", t.role()));
+    EXPECT_GT(t.amax(), 0);
+    EXPECT_GT(t.scale(), 0);
+    EXPECT_LT(t.saturated_ratio(), 0.01);
+  }
+  std::vector<int32_t> seq(fp8.generation.prompt().begin(), fp8.generation.prompt().end());
+  seq.insert(seq.end(), fp8.generation.tokens().begin(), fp8.generation.tokens().end());
+  int32_t stride = 0;
+  EXPECT_TRUE(HasConstantStride(seq, 96, &stride)) << absl::StrCat("generated: ", seq.size());
+}
+
+TEST(Fp8GpuTest, RefusesFp8WithoutFp8Hardware) {
+  // Meaningful on a GPU below 8.9 (A100): the job fails with the reason. On Hopper it runs.
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> b = kernels::NewCudaBackend(0);
+  if (!b.ok()) GTEST_SKIP() << "no usable CUDA device: " << b.status().message();
+  if ((*b)->Fp8Supported().ok()) GTEST_SKIP() << "this GPU has FP8; nothing to refuse";
+  b->reset();
+  TrainRun r = Train(SeedSpec("fp8", 1));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status.message().find("FP8 training needs 8.9 or higher"), std::string::npos)
+      << r.status;
+}
+
+}  // namespace
+}  // namespace boulder::engine
