@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "common/spec.h"
 #include "common/spec_checkpoint.h"
+#include "common/spec_path.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -41,7 +42,6 @@ constexpr ModelPreset kPresets[] = {
 constexpr char kDefaultPreset[] = "minigpt";
 constexpr char kArithmetic[] = "arithmetic";
 constexpr char kTokenFiles[] = "token_files";
-constexpr size_t kMaxPathBytes = 4096;
 constexpr int32_t kMaxSteps = 1000000000;
 constexpr size_t kMaxNameBytes = 128;
 // Parameters, gradients and two AdamW moments, 4 bytes each.
@@ -237,14 +237,15 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
   return absl::OkStatus();
 }
 
+// A file path of the spec (data and eval shards, initial weights): unset ("") or a path that
+// passes common/spec_path.h (no "..", "~", control characters or backslashes; absolute paths
+// allowed: shared mounts are named that way).
 absl::Status CheckPath(absl::string_view path, const std::string& value) {
-  if (value.size() > kMaxPathBytes) {
-    return Invalid(path, absl::StrCat(value.size(), " bytes is longer than ", kMaxPathBytes));
-  }
-  for (unsigned char c : value) {
-    if (c < 0x20 || c == 0x7f) return Invalid(path, "must not contain control characters");
-  }
-  return absl::OkStatus();
+  if (value.empty()) return absl::OkStatus();
+  common::SpecPathPolicy policy;
+  policy.allow_absolute = true;
+  policy.root_name = "the worker's directory";
+  return common::ValidateSpecPath(path, value, policy);
 }
 
 absl::Status ValidateData(const v1::DataSpec& data, const v1::ModelSpec& model) {

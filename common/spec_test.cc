@@ -558,7 +558,13 @@ INSTANTIATE_TEST_SUITE_P(
         ResolveCase{"generation: {prompt_len: 200, tokens: 100}",
                     "generation.tokens: prompt_len 200 + tokens 100 is longer than "
                     "model.context 256"},
-        ResolveCase{"name: \"tab\\there\"", "name: must not contain control characters"}));
+        ResolveCase{"name: \"tab\\there\"", "name: must not contain control characters"},
+        ResolveCase{"model: {init_from: ../../etc/weights.safetensors}",
+                    "model.init_from: '../../etc/weights.safetensors' leaves the worker's "
+                    "directory ('..' is not allowed)"},
+        ResolveCase{"data: {source: token_files, token_files: \"shards/../../x/*.bin\"}",
+                    "data.token_files: 'shards/../../x/*.bin' leaves the worker's directory "
+                    "('..' is not allowed)"}));
 
 TEST(SpecResolveTest, LongNamesAndNonFiniteDoublesFromTheWire) {
   v1::JobSpec spec;
