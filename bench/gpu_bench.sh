@@ -6,11 +6,11 @@
 #   h2048  hidden 2048, 16 heads, 8 layers, FFN 8192, vocab 96, batch 8 x 1024
 #
 #   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
-#                             [--precisions "bf16 fp8"]
+#                             [--precisions "bf16 fp8"] [--modes "eager compile reduce-overhead"]
 #
 # Boulder runs once per precision (bf16, and fp8: delayed scaling, needs compute capability
 # 8.9+; each row's precision column says which); PyTorch runs in BF16 autocast.
-# --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
+# --modes picks the PyTorch modes (default all three); --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
 # OUTDIR/gpu-bench.md (the table) and OUTDIR/gpu-bench.json (the rows), plus one log per run.
@@ -24,10 +24,12 @@ QUICK=0
 PROFILE=0
 WORKLOADS="seed gpt2 h2048"
 PRECISIONS="bf16 fp8"
+MODES="eager compile reduce-overhead"
 while (($#)); do
   case "$1" in
     --precisions) PRECISIONS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --modes) MODES=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
     *) echo "gpu_bench: unknown argument '$1'" >&2; exit 2 ;;
@@ -72,8 +74,8 @@ for w in $WORKLOADS; do
         > "$OUT/$w-boulder-$p.out" 2>&1 && rows+=("$OUT/$w-boulder-$p.json")
     tail -1 "$OUT/$w-boulder-$p.out"
   done
-  modes="eager"
-  ((QUICK)) || modes="eager compile reduce-overhead"
+  modes=$MODES
+  ((QUICK)) && modes="eager"
   for m in $modes; do
     "$PYTHON" bench/pytorch_reference.py --device cuda "${pt[@]}" --batch $B --seq $T \
         --precision bf16 --mode $m --steps $STEPS --warmup $WARMUP --workload "$name" \
