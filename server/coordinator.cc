@@ -125,6 +125,8 @@ void Coordinator::Release(Update& u, const std::string& worker_id) {
 
 absl::Status Coordinator::Commit(Update& u) {
   if (u.jobs.empty() && u.workers.empty() && u.events.empty()) return absl::OkStatus();
+  // Any committed change of jobs or workers may make a placement possible.
+  schedule_needed_ = true;
   absl::Status s = store_->Transaction([&]() -> absl::Status {
     for (auto& [id, job] : u.jobs) {
       if (absl::Status s = store_->UpdateJob(job); !s.ok()) return s;
@@ -210,6 +212,7 @@ absl::StatusOr<v1::Job> Coordinator::SubmitJob(const v1::SubmitJobRequest& reque
     return store_->AppendEvent(e);
   });
   if (!s.ok()) return s;
+  schedule_needed_ = true;
   hub_.Publish(u.events.front());
   RefreshGauges(/*jobs=*/true, /*workers=*/false);
   return job;

@@ -202,6 +202,8 @@ class Coordinator {
   int64_t next_worker_number_ ABSL_GUARDED_BY(mu_) = 1;
   // Jobs SCHEDULED/RUNNING when this process started, checked once at restart_deadline_.
   std::set<int64_t> restart_jobs_ ABSL_GUARDED_BY(mu_);
+  // Set by every change the scheduler's placement depends on; cleared when it runs.
+  bool schedule_needed_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time restart_deadline_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -111,6 +111,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     if (absl::Status s = ValidateWorkerId(request.requested_id()); !s.ok()) return s;
   }
   absl::MutexLock lock(&mu_);
+  schedule_needed_ = true;  // a new or returning worker may take a queued job
   const absl::Time now = Now();
   const std::string id = request.requested_id().empty() ? NewWorkerId() : request.requested_id();
   const auto prior_it = workers_.find(id);
@@ -242,7 +243,16 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   const absl::Time now = Now();
   (*entry)->last_seen = now;
   *(*entry)->info.mutable_last_heartbeat() = ToProto(now);
-  if (absl::Status s = RunScheduler(); !s.ok()) return s;
+  // The scheduler reads every queued job from the store: run it only when something it reads
+  // changed since it last ran (a submit, a registration or any committed update), not on each
+  // of hundreds of idle heartbeats (bench/coordinator-load-*.md).
+  if (schedule_needed_) {
+    schedule_needed_ = false;
+    if (absl::Status s = RunScheduler(); !s.ok()) {
+      schedule_needed_ = true;
+      return s;
+    }
+  }
 
   // RunScheduler may have given this worker a job; read its entry afresh.
   WorkerEntry& e = workers_.at(request.worker_id());
