@@ -233,8 +233,20 @@ void AttentionCase(Backend* cpu, CudaBackend* gpu, std::mt19937& rng, int B, int
           w.push_back(want[r * 3 * C + part * C + c]);
         }
       }
-      EXPECT_LT(RelErr(g, w), 2e-2) << "d"
-                                    << "qkv"[part];
+      // With T=1 every query sees one key: dQ and dK are exactly zero, and a relative error
+      // against a zero reference means nothing. Such a part must stay tiny on the scale of
+      // the whole gradient instead.
+      double part_norm = 0, g_norm = 0, all_norm = 0;
+      for (float x : w) part_norm += double(x) * x;
+      for (float x : g) g_norm += double(x) * x;
+      for (float x : want) all_norm += double(x) * x;
+      if (std::sqrt(part_norm) < 1e-4 * std::sqrt(all_norm)) {
+        EXPECT_LT(std::sqrt(g_norm), 1e-3 * std::sqrt(all_norm)) << "d" << "qkv"[part]
+                                                                 << " (zero reference)";
+      } else {
+        EXPECT_LT(RelErr(g, w), 2e-2) << "d"
+                                      << "qkv"[part];
+      }
     }
     if (deterministic) {
       dqkv.Poison();
