@@ -68,6 +68,7 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   a += L * layer;
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
   a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
+  a += AlignUp(2 * C * elem);  // a frozen LayerNorm's discarded weight and bias gradients
   e.activations_bytes = a;
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;
   e.total_bytes =

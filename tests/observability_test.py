@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import unittest
 import urllib.parse
 import urllib.request
@@ -136,8 +137,11 @@ scrape_configs:
                    "prometheus to scrape the coordinator and the worker", 0.2)
 
     @classmethod
-    def query(cls, promql):
-        url = f"http://{cls.prom}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def query(cls, promql, at=None):
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"  # evaluate at this instant, not "now"
+        url = f"http://{cls.prom}/api/v1/query?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=5) as r:
             body = json.load(r)
         if body.get("status") != "success":
@@ -171,9 +175,10 @@ scrape_configs:
             if step is not None:
                 cls.reference[int(step["step"])] = float(step["loss"])
 
-    def series(self, name):
-        """{scrape timestamp: value} of this job's rank-0 `name`, over the whole run."""
-        data = self.query(f'{name}{{job_id="{self.job_id}",rank="0"}}[10m]')
+    def series(self, name, at=None):
+        """{scrape timestamp: value} of this job's rank-0 `name`, over the 10 minutes up to
+        `at` (default: now)."""
+        data = self.query(f'{name}{{job_id="{self.job_id}",rank="0"}}[10m]', at)
         self.assertEqual(data["resultType"], "matrix")
         self.assertEqual(len(data["result"]), 1, data)
         return {ts: float(v) for ts, v in data["result"][0]["values"]}
@@ -188,7 +193,11 @@ scrape_configs:
         # The gauges keep the last report after the trainer exits: wait for a scrape of it.
         wait_until(lambda: self.instant(f'boulder_trainer_step{{job_id="{self.job_id}"}}') ==
                    STEPS, 15, "a scrape of the last step")
-        losses, steps = self.series("boulder_trainer_loss"), self.series("boulder_trainer_step")
+        # Both range queries end at the same instant: a scrape landing between them must not
+        # give one series a sample the other lacks.
+        at = time.time()
+        losses = self.series("boulder_trainer_loss", at)
+        steps = self.series("boulder_trainer_step", at)
         # One scrape stamps all its samples alike, and the agent renders one report at a time.
         self.assertEqual(sorted(losses), sorted(steps))
         pairs = sorted((int(steps[ts]), losses[ts]) for ts in losses)
