@@ -47,8 +47,8 @@ dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo " (with 
   echo "\`bench/coordinator_load.sh\` on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')):"
   echo "one boulder-coordinator (TLS, bearer tokens, SQLite WAL with synchronous=FULL on"
   echo "$(df -h "$tmp" | awk 'NR==2 {print $1}')) and the load generator \`coordinator_load_bench\` on the same machine."
-  echo "The queued jobs need a CUDA worker and the simulated workers are CPU ones, so every"
-  echo "heartbeat runs the scheduler over the whole queue and places nothing."
+  echo "The queued jobs need a CUDA worker and the simulated workers are CPU ones: the scheduler"
+  echo "never places anything, the worst case for a scan of the whole queue."
   echo
   echo "| | |"
   echo "|---|---|"
