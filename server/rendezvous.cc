@@ -81,6 +81,9 @@ grpc::ServerUnaryReactor* RendezvousService::RendezvousSet(grpc::CallbackServerC
     reactor->Finish(common::ToGrpcStatus(status));
     return reactor;
   };
+  if (options_.authorize) {
+    if (absl::Status s = options_.authorize(*context); !s.ok()) return finish(s);
+  }
   if (absl::Status s = CheckKey(request->key()); !s.ok()) return finish(s);
   if (request->value().size() > options_.max_value_bytes) {
     return finish(absl::InvalidArgumentError(absl::StrCat(
@@ -124,6 +127,7 @@ grpc::ServerUnaryReactor* RendezvousService::RendezvousGet(grpc::CallbackServerC
       w.start + std::min(absl::Milliseconds(std::max(0, request->wait_ms())), options_.max_wait);
   absl::Status status =
       w.keys.empty() ? absl::InvalidArgumentError("keys: empty") : absl::OkStatus();
+  if (status.ok() && options_.authorize) status = options_.authorize(*context);
   for (const std::string& key : w.keys) {
     if (status.ok()) status = CheckKey(key);
   }

@@ -36,6 +36,9 @@ struct RendezvousOptions {
   // OK when (job_id, attempt) is a running attempt that may use the store; otherwise the
   // error the RPC returns (FAILED_PRECONDITION, NOT_FOUND). Required.
   std::function<absl::Status(int64_t job_id, int32_t attempt)> check_scope;
+  // OK when the caller may use the store (the coordinator requires the worker join token);
+  // otherwise the error the RPC returns (UNAUTHENTICATED, PERMISSION_DENIED). Null: anyone.
+  std::function<absl::Status(const grpc::ServerContextBase& context)> authorize;
   // Longest a Get is held open, whatever wait_ms asks; clients loop for longer waits.
   absl::Duration max_wait = absl::Seconds(30);
   // How often parked calls are checked against their deadline and scopes against check_scope.

@@ -122,6 +122,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     return absl::OkStatus();
   };
+  // Trainers rendezvous with their worker's join token.
+  ropts.authorize = [auth = s->auth_.get()](const grpc::ServerContextBase& context) {
+    absl::StatusOr<Principal> caller = Caller(auth, context);
+    if (!caller.ok()) return caller.status();
+    return RequireWorker(*caller);
+  };
   s->rendezvous_service_ = std::make_unique<RendezvousService>(ropts, s->metrics_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

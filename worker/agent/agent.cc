@@ -330,6 +330,7 @@ void Agent::StartAttempt(const v1::Assignment& assignment) {
         options_.checkpoint_root, assignment.spec(), assignment.job_id());
     attempt_options.backend = capabilities_.backend();
     attempt_options.coordinator = options_.coordinator;
+    attempt_options.security = options_.security;
     attempt_options.buffer_limits = options_.buffer_limits;
     attempt_options.metrics = &metrics_;
     attempt_options.peak_flops =

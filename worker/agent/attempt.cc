@@ -34,7 +34,37 @@ std::string DescribeSignal(int signal) {
                            : absl::StrCat("signal ", signal, " (SIG", abbrev, ")");
 }
 
+// Writes `content` to `path`, readable by this user only (0600).
+absl::Status WriteSecretFile(const std::string& path, const std::string& content) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("writing ", path, ": ", strerror(errno)));
+  const ssize_t n = write(fd, content.data(), content.size());
+  const int saved = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(content.size())) {
+    return absl::InternalError(absl::StrCat("writing ", path, ": ", strerror(saved)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::vector<std::string> RendezvousSecurityArgs(const common::ChannelSecurityOptions& security,
+                                                const std::string& token_file) {
+  std::vector<std::string> args;
+  auto add = [&args](const char* flag, const std::string& value) {
+    if (value.empty()) return;
+    args.push_back(flag);
+    args.push_back(value);
+  };
+  if (security.insecure) args.push_back("--insecure");
+  add("--tls-ca", security.ca_file);
+  add("--tls-cert", security.cert_file);
+  add("--tls-key", security.key_file);
+  add("--tls-server-name", security.server_name_override);
+  add("--join-token-file", token_file);
+  return args;
+}
 
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
                                      int threads, const std::string& backend,
@@ -188,11 +218,21 @@ void Attempt::Launch() {
       absl::Status status =
           ec ? absl::InternalError(absl::StrCat("creating ", options_.dir, ": ", ec.message()))
              : WriteSpecJson(assignment_.spec(), spec_path);
+      TrainerSpawnOptions spawn;
       if (status.ok()) {
-        TrainerSpawnOptions spawn;
         spawn.path = options_.trainer_path;
         spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend,
                                  options_.checkpoint_dir, options_.coordinator);
+        std::string token_file;
+        if (!options_.security.token.empty()) {
+          token_file = options_.dir + "/join.token";
+          status = WriteSecretFile(token_file, options_.security.token + "\n");
+        }
+        for (std::string& a : RendezvousSecurityArgs(options_.security, token_file)) {
+          spawn.args.push_back(std::move(a));
+        }
+      }
+      if (status.ok()) {
         spawn.working_dir = options_.dir;
         absl::StatusOr<std::unique_ptr<TrainerProcess>> process =
             TrainerProcess::Start(std::move(spawn), Callbacks());

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "boulder/v1/worker.pb.h"
+#include "common/grpc_security.h"
 #include "worker/agent/metrics.h"
 #include "worker/agent/report_buffer.h"
 #include "worker/agent/trainer_process.h"
@@ -39,6 +40,9 @@ struct AttemptOptions {
   std::string checkpoint_dir;  // --checkpoint-dir for the trainer; empty: no checkpoints
   std::string backend;       // --backend for the trainer: the one this worker registered with
   std::string coordinator;   // --coordinator for the trainer (its data-parallel rendezvous)
+  // The agent's own TLS settings and join token, passed on to the trainer's rendezvous (the
+  // token through a 0600 file in the attempt's directory, never on the command line).
+  common::ChannelSecurityOptions security;
   ReportBuffer::Limits buffer_limits;
   AgentMetrics* metrics = nullptr;  // not owned; may be null
   // The device's peak FLOP/s for this job's precision (PeakFlops); 0: unknown, no MFU metric.
@@ -58,6 +62,11 @@ inline constexpr char kWeightsFile[] = "weights.safetensors";
 // `checkpoint_dir`, when non-empty, is where the trainer resumes from and writes checkpoints.
 // `coordinator` ("HOST:PORT", the agent's own) is where ranks of a multi-worker job
 // rendezvous; empty: not passed.
+// The trainer flags that give its rendezvous `security` (TLS files, --insecure and, when
+// `token_file` is non-empty, --join-token-file).
+std::vector<std::string> RendezvousSecurityArgs(const common::ChannelSecurityOptions& security,
+                                                const std::string& token_file);
+
 std::vector<std::string> TrainerArgs(const v1::Assignment& assignment, const std::string& spec_path,
                                      int threads, const std::string& backend = "",
                                      const std::string& checkpoint_dir = "",

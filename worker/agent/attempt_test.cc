@@ -45,6 +45,18 @@ TEST(TrainerArgsTest, PassesTheJobsCheckpointDirectory) {
                           "--checkpoint-dir", "/shared/ckpt/job-7"));
 }
 
+TEST(TrainerArgsTest, PassesTheAgentsSecurityToTheRendezvous) {
+  common::ChannelSecurityOptions tls;
+  tls.ca_file = "/etc/boulder/tls/ca.crt";
+  tls.token = "secret-join-token-0123";
+  EXPECT_THAT(
+      RendezvousSecurityArgs(tls, "/w/join.token"),
+      ElementsAre("--tls-ca", "/etc/boulder/tls/ca.crt", "--join-token-file", "/w/join.token"));
+  common::ChannelSecurityOptions plain;
+  plain.insecure = true;
+  EXPECT_THAT(RendezvousSecurityArgs(plain, ""), ElementsAre("--insecure"));
+}
+
 TEST(TrainerArgsTest, PassesTheCoordinatorForTheRendezvous) {
   const std::vector<std::string> args =
       TrainerArgs(MakeAssignment(), "/w/spec.json", 0, "cpu", "", "10.0.0.5:7070");

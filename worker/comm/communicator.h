@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "kernels/backend.h"
 
 namespace boulder::comm {
@@ -53,6 +54,8 @@ struct CommOptions {
   // After a failure, how long the survivors wait for each other's "failed/<rank>" keys before
   // naming the ranks that posted none. Capped by `timeout`.
   absl::Duration failure_grace = absl::Seconds(3);
+  // How the rendezvous client reaches the coordinator (TLS, join token).
+  common::ChannelSecurityOptions security;
 };
 
 class Communicator {

@@ -283,6 +283,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewGlooCommunicator(const CommOpti
   ro.job_id = options.job_id;
   ro.attempt = options.attempt;
   ro.rank = options.rank;
+  ro.security = options.security;
   absl::StatusOr<std::unique_ptr<RendezvousClient>> client = RendezvousClient::Create(ro);
   if (!client.ok()) return client.status();
   if (absl::Status s = ArriveAll(client->get(), options.world_size, options.timeout); !s.ok()) {

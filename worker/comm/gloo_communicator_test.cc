@@ -26,6 +26,7 @@ CommOptions Options(const TestRendezvousServer& server, int rank, int world,
   o.world_size = world;
   o.job_id = 1;
   o.coordinator = server.address();
+  o.security.insecure = true;  // the test server is plaintext
   o.timeout = timeout;
   o.failure_grace = absl::Milliseconds(500);
   return o;

@@ -286,6 +286,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NewNcclCommunicator(const CommOpti
   ro.job_id = options.job_id;
   ro.attempt = options.attempt;
   ro.rank = options.rank;
+  ro.security = options.security;
   absl::StatusOr<std::unique_ptr<RendezvousClient>> client = RendezvousClient::Create(ro);
   if (!client.ok()) return client.status();
   auto comm = std::make_unique<NcclCommunicator>(options, *std::move(client), cuda->stream());

@@ -24,10 +24,9 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
 
 }  // namespace
 
-RendezvousClient::RendezvousClient(RendezvousClientOptions options)
-    : options_(std::move(options)),
-      stub_(v1::RendezvousService::NewStub(
-          grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()))) {}
+RendezvousClient::RendezvousClient(RendezvousClientOptions options,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)), stub_(v1::RendezvousService::NewStub(std::move(channel))) {}
 
 absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
     RendezvousClientOptions options) {
@@ -36,7 +35,11 @@ absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Create(
         "coordinator: empty (data-parallel training rendezvous through the coordinator; pass "
         "--coordinator HOST:PORT)");
   }
-  return std::unique_ptr<RendezvousClient>(new RendezvousClient(std::move(options)));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      common::CreateSecureChannel(options.coordinator, options.security, grpc::ChannelArguments());
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<RendezvousClient>(
+      new RendezvousClient(std::move(options), *std::move(channel)));
 }
 
 absl::Status RendezvousClient::Set(const std::string& key, const std::string& value) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_security.h"
 #include "boulder/v1/rendezvous.grpc.pb.h"
 
 namespace boulder::comm {
@@ -24,11 +25,14 @@ struct RendezvousClientOptions {
   int32_t rank = 0;
   // Deadline of one RPC beyond the time it is asked to wait.
   absl::Duration rpc_slack = absl::Seconds(10);
+  // TLS and the worker join token, as the worker agent talks to the coordinator
+  // (common/grpc_security.h; the default is TLS with the system's roots and no token).
+  common::ChannelSecurityOptions security;
 };
 
 class RendezvousClient {
  public:
-  // INVALID_ARGUMENT: no coordinator address. Connects lazily.
+  // INVALID_ARGUMENT: no coordinator address, or unusable TLS/token options. Connects lazily.
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Create(RendezvousClientOptions options);
 
   // Stores `value` under `key` (overwriting). Errors from the coordinator: FAILED_PRECONDITION
@@ -46,7 +50,7 @@ class RendezvousClient {
   const RendezvousClientOptions& options() const { return options_; }
 
  private:
-  explicit RendezvousClient(RendezvousClientOptions options);
+  RendezvousClient(RendezvousClientOptions options, std::shared_ptr<grpc::Channel> channel);
   RendezvousClientOptions options_;
   std::unique_ptr<v1::RendezvousService::Stub> stub_;
 };

@@ -19,6 +19,7 @@ std::unique_ptr<RendezvousClient> Client(const TestRendezvousServer& server, int
                                          int64_t job = 1, int32_t attempt = 0) {
   RendezvousClientOptions o;
   o.coordinator = server.address();
+  o.security.insecure = true;  // the test server is plaintext
   o.job_id = job;
   o.attempt = attempt;
   o.rank = rank;

@@ -68,6 +68,7 @@ TEST(DataParallelGpuTest, OneRankNcclMatchesTheRunWithoutACommunicator) {
 
   o.force_communicator = true;
   o.coordinator = server.address();
+  o.security.insecure = true;  // the test server is plaintext
   o.on_step = [&nccl](const v1::StepReport& r) { nccl.push_back(r); };
   o.on_info = [&info](absl::string_view line) { info.emplace_back(line); };
   absl::Status s = RunTrainer(o);

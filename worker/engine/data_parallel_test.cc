@@ -82,6 +82,7 @@ std::vector<std::vector<v1::StepReport>> RunRanks(const comm::TestRendezvousServ
       o.rank = r;
       o.world_size = world;
       o.coordinator = server.address();
+      o.security.insecure = true;  // the test server is plaintext
       o.force_communicator = force_communicator;
       o.on_step = [&reports, r](const v1::StepReport& s) { reports[r].push_back(s); };
       (*status)[r] = RunTrainer(o);
@@ -161,6 +162,7 @@ TEST(DataParallelTest, ARankThatNeverArrivesFailsTheOthersNamingIt) {
   o.rank = 0;
   o.world_size = 3;
   o.coordinator = server.address();
+  o.security.insecure = true;  // the test server is plaintext
   absl::Status s = RunTrainer(o);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("ranks 1, 2 of 3 never arrived"));

@@ -174,6 +174,7 @@ comm::CommOptions CommOptionsFor(const TrainerOptions& o) {
   c.attempt = o.attempt;
   c.coordinator = o.coordinator;
   c.host = o.comm_host;
+  c.security = o.security;
   c.timeout = absl::Seconds(o.spec.resources().collective_timeout_seconds());
   return c;
 }

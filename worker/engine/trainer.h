@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "boulder/v1/job.pb.h"
 #include "boulder/v1/spec.pb.h"
+#include "common/grpc_security.h"
 
 namespace boulder::engine {
 
@@ -50,6 +51,9 @@ struct TrainerOptions {
   // force_communicator is set (a 1-rank run through the data-parallel path, for tests).
   std::string coordinator;
   std::string comm_host;
+  // How the rendezvous reaches the coordinator: TLS and the worker join token, as the agent
+  // does (the agent passes its own settings on the trainer's command line).
+  common::ChannelSecurityOptions security;
   bool force_communicator = false;
 
   // Set (by another thread or a signal handler) to stop: Run() returns CANCELLED at the next

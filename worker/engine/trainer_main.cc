@@ -20,8 +20,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/env.h"
+#include "common/grpc_security.h"
 #include "common/spec.h"
 #include "worker/engine/report_format.h"
 #include "worker/engine/trainer.h"
@@ -116,6 +118,20 @@ int main(int argc, char** argv) {
   app.add_option("--comm-host", comm_host,
                  "address this rank's Gloo listens on (default: 127.0.0.1 for a loopback "
                  "coordinator, else the host name)");
+  // The rendezvous's connection to the coordinator, as the worker agent's (it passes its own).
+  boulder::common::ChannelSecurityOptions security;
+  std::string join_token_file;
+  app.add_option("--tls-ca", security.ca_file,
+                 "PEM CA bundle that signed the coordinator's certificate (default: system roots)");
+  app.add_option("--tls-cert", security.cert_file, "PEM client certificate (mutual TLS)");
+  app.add_option("--tls-key", security.key_file, "PEM private key of --tls-cert");
+  app.add_option("--tls-server-name", security.server_name_override,
+                 "verify the coordinator's certificate for this name instead of the host");
+  app.add_option("--join-token-file", join_token_file,
+                 std::string("file holding the worker join token for the rendezvous (default: $") +
+                     boulder::common::kEnvJoinToken + ")");
+  app.add_flag("--insecure", security.insecure,
+               "plaintext gRPC to the coordinator's rendezvous, without TLS");
   app.add_flag("--quiet", quiet, "print nothing on stdout");
   try {
     app.parse(argc, argv);
@@ -165,6 +181,13 @@ int main(int argc, char** argv) {
   options.world_size = world_size;
   options.coordinator = coordinator;
   options.comm_host = comm_host;
+  if (!coordinator.empty()) {
+    absl::StatusOr<std::string> token = boulder::common::LoadToken(
+        join_token_file, boulder::common::kEnvJoinToken, "--join-token-file");
+    if (!token.ok()) return fatal(std::string(token.status().message()), 2);
+    security.token = *std::move(token);
+  }
+  options.security = std::move(security);
   options.stop = &g_stop;
   options.weights_out = weights_out;
   options.eval_only = eval_only;
