@@ -15,27 +15,12 @@
 #include "gtest/gtest.h"
 #include "worker/engine/crc32c.h"
 #include "worker/engine/rng.h"
+#include "worker/engine/test_temp_dir.h"
 
 namespace boulder::engine {
 namespace {
 
 using ::testing::HasSubstr;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ckpt-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -65,7 +50,7 @@ TEST(Crc32cTest, KnownValueAndBothImplementationsAgree) {
 }
 
 TEST(CheckpointFileTest, RoundTripsSectionsAndStep) {
-  TempDir dir;
+  TempDir dir("ckpt-test");
   const std::string a = RandomBytes(5000, 1), b = "step=3\n", empty;
   const std::string path = dir.path() + "/x.bin";
   ASSERT_TRUE(WriteCheckpointFile(path, 3,
@@ -88,7 +73,7 @@ TEST(CheckpointFileTest, RoundTripsSectionsAndStep) {
 }
 
 TEST(CheckpointFileTest, RejectsBadSectionNames) {
-  TempDir dir;
+  TempDir dir("ckpt-test");
   const std::string path = dir.path() + "/x.bin";
   EXPECT_EQ(WriteCheckpointFile(path, 1, {{"", "", 0}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteCheckpointFile(path, 1, {{std::string(32, 'n'), "", 0}}).code(),
@@ -99,7 +84,7 @@ TEST(CheckpointFileTest, RejectsBadSectionNames) {
 }
 
 TEST(CheckpointFileTest, EveryTruncationIsDataLoss) {
-  TempDir dir;
+  TempDir dir("ckpt-test");
   const std::string a = RandomBytes(300, 2), b = RandomBytes(200, 3);
   const std::string path = dir.path() + "/x.bin";
   ASSERT_TRUE(
@@ -117,7 +102,7 @@ TEST(CheckpointFileTest, EveryTruncationIsDataLoss) {
 }
 
 TEST(CheckpointFileTest, EveryFlippedByteIsDataLoss) {
-  TempDir dir;
+  TempDir dir("ckpt-test");
   const std::string a = RandomBytes(64, 4), b = RandomBytes(48, 5);
   const std::string path = dir.path() + "/x.bin";
   ASSERT_TRUE(
@@ -148,7 +133,7 @@ std::vector<CheckpointSectionRef> Sections(const std::string& payload) {
 }
 
 TEST(CheckpointDirTest, KeepsTheNewestAndIgnoresForeignFiles) {
-  TempDir root;
+  TempDir root("ckpt-test");
   const std::string dir = root.path() + "/job-1/nested";
   for (int step : {10, 20, 30, 40}) {
     const std::string p = absl::StrCat("state at ", step);
@@ -170,7 +155,7 @@ TEST(CheckpointDirTest, KeepsTheNewestAndIgnoresForeignFiles) {
 }
 
 TEST(CheckpointDirTest, CorruptLatestIsSkippedForThePreviousOne) {
-  TempDir root;
+  TempDir root("ckpt-test");
   const std::string dir = root.path();
   ASSERT_TRUE(SaveCheckpoint(dir, 1, Sections("one"), 3).ok());
   ASSERT_TRUE(SaveCheckpoint(dir, 2, Sections("two"), 3).ok());
@@ -201,7 +186,7 @@ TEST(CheckpointDirTest, CorruptLatestIsSkippedForThePreviousOne) {
 }
 
 TEST(CheckpointDirTest, RenamedFileIsDetected) {
-  TempDir root;
+  TempDir root("ckpt-test");
   ASSERT_TRUE(SaveCheckpoint(root.path(), 5, Sections("five"), 3).ok());
   std::filesystem::rename(root.path() + "/" + CheckpointFileName(5),
                           root.path() + "/" + CheckpointFileName(7));
@@ -221,7 +206,7 @@ TEST(CheckpointDirTest, NoDirectoryMeansNoCheckpoint) {
 
 TEST(CheckpointDirTest, UnwritableDirectoryIsAnError) {
   if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
-  TempDir root;
+  TempDir root("ckpt-test");
   std::filesystem::permissions(
       root.path(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   absl::Status s = SaveCheckpoint(root.path(), 1, Sections("x"), 1);

@@ -20,27 +20,12 @@
 #include "worker/engine/model.h"
 #include "worker/engine/param_layout.h"
 #include "worker/engine/trainer.h"
+#include "worker/engine/test_temp_dir.h"
 
 namespace boulder::engine {
 namespace {
 
 using ::testing::HasSubstr;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "resume-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 v1::JobSpec Spec(std::vector<std::string> extra = {}) {
   std::vector<std::string> sets = {"model.hidden=32",
@@ -95,7 +80,7 @@ TrainRun Train(const v1::JobSpec& spec, const std::string& dir, int64_t stop_aft
 
 TEST(ResumeTest, InterruptedAndResumedRunMatchesUninterruptedBitForBit) {
   const v1::JobSpec spec = Spec();
-  TempDir full_dir, cut_dir;
+  TempDir full_dir("resume-test"), cut_dir("resume-test");
   const TrainRun full = Train(spec, full_dir.path());
   ASSERT_TRUE(full.status.ok()) << full.status;
   ASSERT_EQ(full.steps.size(), 12u);
@@ -132,7 +117,7 @@ TEST(ResumeTest, InterruptedAndResumedRunMatchesUninterruptedBitForBit) {
 
 TEST(ResumeTest, CorruptLatestCheckpointIsSkippedWithANotice) {
   const v1::JobSpec spec = Spec();
-  TempDir full_dir, dir;
+  TempDir full_dir("resume-test"), dir("resume-test");
   const TrainRun full = Train(spec, full_dir.path());
   ASSERT_TRUE(full.status.ok());
   const TrainRun first = Train(spec, dir.path(), /*stop_after=*/10);  // checkpoints 4 and 8
@@ -152,7 +137,7 @@ TEST(ResumeTest, CorruptLatestCheckpointIsSkippedWithANotice) {
 }
 
 TEST(ResumeTest, AnotherJobsCheckpointIsRefused) {
-  TempDir dir;
+  TempDir dir("resume-test");
   const TrainRun first = Train(Spec(), dir.path(), /*stop_after=*/5);
   ASSERT_EQ(first.status.code(), absl::StatusCode::kCancelled);
   const TrainRun other = Train(Spec({"model.hidden=48"}), dir.path());
@@ -167,7 +152,7 @@ TEST(ResumeTest, FinishedRunResumesAtItsLastCheckpointAndEndsTheSame) {
   // A restart after training ended (killed during generation, say) redoes the steps after the
   // newest checkpoint only.
   const v1::JobSpec spec = Spec();
-  TempDir dir;
+  TempDir dir("resume-test");
   const TrainRun full = Train(spec, dir.path());
   ASSERT_TRUE(full.status.ok());
   const TrainRun again = Train(spec, dir.path());
@@ -179,7 +164,7 @@ TEST(ResumeTest, FinishedRunResumesAtItsLastCheckpointAndEndsTheSame) {
 }
 
 TEST(ResumeTest, CheckpointsOffWithoutADirectoryOrWithEveryStepsZero) {
-  TempDir dir;
+  TempDir dir("resume-test");
   const TrainRun off = Train(Spec({"checkpoint.every_steps=0"}), dir.path());
   ASSERT_TRUE(off.status.ok());
   EXPECT_TRUE(ListCheckpoints(dir.path())->empty());
