@@ -1,9 +1,41 @@
 #include "kernels/cuda/matmul.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
+namespace {
+
+int PointerAlignment(const void* p) {
+  if (p == nullptr) return 256;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int align = 1;
+  while (align < 256 && (a % (2 * align)) == 0) align *= 2;
+  return align;
+}
+
+const char* TypeName(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_16BF: return "bf16";
+    case CUDA_R_8F_E4M3: return "e4m3";
+    case CUDA_R_8F_E5M2: return "e5m2";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+std::string LtMatmul::Describe(const GemmShape& s) {
+  return absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, " op(A)=", s.trans_a ? "T" : "N",
+                      " op(B)=", s.trans_b ? "T" : "N", " lda=", s.lda, " ldb=", s.ldb,
+                      " ldd=", s.ldd, " A ", TypeName(s.a_type), " B ", TypeName(s.b_type),
+                      " D bf16, epilogue ", static_cast<int>(s.epilogue),
+                      s.accumulate ? ", beta 1" : ", beta 0", s.fast_accum ? ", fast accum" : "",
+                      ", alignment A/B/D/bias ", s.align_a, "/", s.align_b, "/", s.align_d, "/",
+                      s.align_bias, " bytes");
+}
 
 absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create() {
   std::unique_ptr<LtMatmul> mm(new LtMatmul());
@@ -69,30 +101,47 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
   size_t ws = kWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    uint32_t bytes;
+  } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, uint32_t(s.align_a)},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, uint32_t(s.align_b)},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, uint32_t(s.align_d)},
+                {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, uint32_t(s.align_d)}};
+  for (const auto& a : aligns) {
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = cublasLtMatmulPreferenceSetAttribute(pref, a.attr, &a.bytes, sizeof(a.bytes));
+    }
+  }
   cublasLtMatmulHeuristicResult_t results[kCandidates];
   int found = 0;
+  // Always several candidates: without autotuning the first is used, and the others are the
+  // fallbacks when it rejects a call.
   if (st == CUBLAS_STATUS_SUCCESS) {
     st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
-                                        pref, autotune_ ? kCandidates : 1, results, &found);
+                                        pref, kCandidates, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
   if (found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for m=", s.m, " n=", s.n,
-                                            " k=", s.k, " epilogue=", s.epilogue, " types ",
-                                            s.a_type, "/", s.b_type));
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(s)));
   }
   plan->algo = results[0].algo;
   for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
-  plan->tuned = found < 2;
+  plan->tuned = found < 2 || !autotune_;
   Plan* raw = plan.get();
   plans_.emplace(s, std::move(plan));
   return raw;
 }
 
-absl::Status LtMatmul::Run(const GemmShape& s, const void* A, const void* B, void* D,
+absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B, void* D,
                            const void* bias, void* aux, cudaStream_t stream, const float* a_scale,
                            const float* b_scale) {
+  GemmShape s = shape;
+  s.align_a = PointerAlignment(A);
+  s.align_b = PointerAlignment(B);
+  s.align_d = PointerAlignment(D);
+  s.align_bias = PointerAlignment(bias);
   absl::StatusOr<Plan*> plan = GetPlan(s);
   if (!plan.ok()) return plan.status();
   Plan* p = *plan;
@@ -116,9 +165,30 @@ absl::Status LtMatmul::Run(const GemmShape& s, const void* A, const void* B, voi
     if (absl::Status st = Tune(s, p, A, B, D, stream); !st.ok()) return st;
   }
   const float alpha = 1.f, beta = s.accumulate ? 1.f : 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D,
-                              p->d, &p->algo, workspace_, kWorkspaceBytes, stream));
-  return absl::OkStatus();
+  cublasStatus_t st = cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d,
+                                     D, p->d, &p->algo, workspace_, kWorkspaceBytes, stream);
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+    if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    return CublasStatus(st, absl::StrCat("cublasLtMatmul (", Describe(s), ")").c_str(), __FILE__,
+                        __LINE__);
+  }
+  // The chosen algorithm rejected this call (a rejected call does not launch): fall back, in
+  // heuristic order, to the first candidate that accepts it and keep that one for the shape.
+  for (const cublasLtMatmulAlgo_t& algo : p->candidates) {
+    st = cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
+                        &algo, workspace_, kWorkspaceBytes, stream);
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      p->algo = algo;
+      ++fallbacks_;
+      return absl::OkStatus();
+    }
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+  }
+  return CublasStatus(st,
+                      absl::StrCat("cublasLtMatmul (every one of ", p->candidates.size(),
+                                   " candidate algorithms rejected ", Describe(s), ")")
+                          .c_str(),
+                      __FILE__, __LINE__);
 }
 
 absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const void* B, void* D,

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -35,10 +36,15 @@ struct GemmShape {
   bool accumulate = false;  // beta = 1 (else 0)
   cudaDataType_t a_type = CUDA_R_16BF, b_type = CUDA_R_16BF;
   bool fast_accum = false;  // FP8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM
+  // Byte alignment of the A, B, D (= C) and bias pointers (largest power of two ≤ 256 dividing
+  // the address), filled in by Run(): the heuristic only offers algorithms that accept it
+  // (its default assumes 256, and an algorithm that needs more than the pointers have
+  // rejects the call with CUBLAS_STATUS_NOT_SUPPORTED).
+  int align_a = 256, align_b = 256, align_d = 256, align_bias = 256;
   auto Tie() const {
     return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, static_cast<int>(epilogue),
                            accumulate, static_cast<int>(a_type), static_cast<int>(b_type),
-                           fast_accum);
+                           fast_accum, align_a, align_b, align_d, align_bias);
   }
   bool operator==(const GemmShape& o) const { return Tie() == o.Tie(); }
   template <typename H>
@@ -57,7 +63,9 @@ class LtMatmul {
 
   // A, B of shape.a_type / b_type, D BF16; bias (length m) and aux (m×n, ld m) BF16, used
   // when the epilogue needs them. a_scale / b_scale: FP32 device scalars multiplying A and B
-  // (FP8 operands only; null otherwise). INTERNAL when cuBLASLt has no algorithm.
+  // (FP8 operands only; null otherwise). INTERNAL when cuBLASLt has no algorithm, or when
+  // every candidate algorithm rejects the call; the message names the shape, types,
+  // transposes, epilogue and pointer alignments.
   absl::Status Run(const GemmShape& shape, const void* A, const void* B, void* D, const void* bias,
                    void* aux, cudaStream_t stream, const float* a_scale = nullptr,
                    const float* b_scale = nullptr);
@@ -67,6 +75,9 @@ class LtMatmul {
   void set_autotune(bool on) { autotune_ = on; }
   // Shapes whose algorithm autotuning changed from the heuristic's first pick.
   int retuned_plans() const { return retuned_; }
+  // Calls whose algorithm rejected them (CUBLAS_STATUS_NOT_SUPPORTED) and that ran on a later
+  // candidate instead.
+  int fallbacks() const { return fallbacks_; }
 
  private:
   struct Plan {
@@ -82,12 +93,14 @@ class LtMatmul {
   // Times plan's candidates on these operands and keeps the fastest in plan->algo.
   absl::Status Tune(const GemmShape& s, Plan* plan, const void* A, const void* B, void* D,
                     cudaStream_t stream);
+  static std::string Describe(const GemmShape& s);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   absl::flat_hash_map<GemmShape, std::unique_ptr<Plan>> plans_;
   bool autotune_ = true;
   int retuned_ = 0;
+  int fallbacks_ = 0;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
