@@ -195,11 +195,12 @@ class Backend {
 
   // The delayed-scaling update (kernels/fp8_recipe.h) of n tensors at once: rolls each
   // history (row i of history [n, history_len]) with amax[i], zeroes amax[i], and sets
-  // scale[i] and scale_inv[i]. All FP32 device arrays; fp8_max[i] is tensor i's format max.
-  // Bit-identical on every backend.
-  virtual void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                              const float* fp8_max, int n, int history_len, bool use_history_max,
-                              int margin) = 0;
+  // scale[i] and scale_inv[i * scale_inv_stride]. All FP32 device arrays; fp8_max[i] is tensor
+  // i's format max. Bit-identical on every backend. (The stride lets every scale_inv sit on its
+  // own aligned slot: cuBLASLt's FP8 GEMMs reject scale pointers that are only 4-byte aligned.)
+  virtual void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
+                              float* history, float* amax, const float* fp8_max, int n,
+                              int history_len, bool use_history_max, int margin) = 0;
 
   // ---- profiling (optional) ----------------------------------------------------------------
   // When enabled, the backend times every op on the device (events around each launch, no

@@ -50,8 +50,8 @@ BOULDER_HD inline float Fp8ScaleFromAmax(float amax, float prev, float fp8_max, 
 }
 
 // Steps 1-4 for tensor i of a set whose histories are rows of `history` ([n, len]).
-BOULDER_HD inline void Fp8UpdateOne(int i, float* scale, float* scale_inv, float* history,
-                                    float* amax, const float* fp8_max, int len,
+BOULDER_HD inline void Fp8UpdateOne(int i, float* scale, float* scale_inv, int scale_inv_stride,
+                                    float* history, float* amax, const float* fp8_max, int len,
                                     bool use_history_max, int margin) {
   float* h = history + static_cast<long long>(i) * len;
   for (int j = len - 1; j > 0; --j) h[j] = h[j - 1];
@@ -60,7 +60,7 @@ BOULDER_HD inline void Fp8UpdateOne(int i, float* scale, float* scale_inv, float
   const float a = use_history_max ? Fp8HistoryMax(h, len) : h[0];
   const float s = Fp8ScaleFromAmax(a, scale[i], fp8_max[i], margin);
   scale[i] = s;
-  scale_inv[i] = 1.0f / s;
+  scale_inv[static_cast<long long>(i) * scale_inv_stride] = 1.0f / s;
 }
 
 }  // namespace boulder::kernels

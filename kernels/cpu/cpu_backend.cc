@@ -312,11 +312,11 @@ void CpuBackend<S>::BiasBackward(void* dbias, const void* dout, int N, int OC) {
 }
 
 template <typename S>
-void CpuBackend<S>::Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                                   const float* fp8_max, int n, int history_len,
-                                   bool use_history_max, int margin) {
-  cpu::Fp8ScaleUpdate(scale, scale_inv, history, amax, fp8_max, n, history_len, use_history_max,
-                      margin);
+void CpuBackend<S>::Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
+                                   float* history, float* amax, const float* fp8_max, int n,
+                                   int history_len, bool use_history_max, int margin) {
+  cpu::Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n, history_len,
+                      use_history_max, margin);
 }
 
 template class CpuBackend<float>;

@@ -139,11 +139,12 @@ void MatmulFp8(int threads, S* out, const uint8_t* a, Fp8Format a_format, float 
   }
 }
 
-void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                    const float* fp8_max, int n, int history_len, bool use_history_max,
-                    int margin) {
+void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                    float* amax, const float* fp8_max, int n, int history_len,
+                    bool use_history_max, int margin) {
   for (int i = 0; i < n; ++i) {
-    Fp8UpdateOne(i, scale, scale_inv, history, amax, fp8_max, history_len, use_history_max, margin);
+    Fp8UpdateOne(i, scale, scale_inv, scale_inv_stride, history, amax, fp8_max, history_len,
+                 use_history_max, margin);
   }
 }
 

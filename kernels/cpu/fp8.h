@@ -28,8 +28,9 @@ void MatmulFp8(int threads, S* out, const uint8_t* a, Fp8Format a_format, float 
                const uint8_t* b, Fp8Format b_format, float b_scale_inv, const S* bias, int M, int N,
                int K, bool accumulate);
 
-void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                    const float* fp8_max, int n, int history_len, bool use_history_max, int margin);
+void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                    float* amax, const float* fp8_max, int n, int history_len,
+                    bool use_history_max, int margin);
 
 }  // namespace boulder::kernels::cpu
 

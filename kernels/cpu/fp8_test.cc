@@ -170,7 +170,7 @@ TEST(Fp8ScaleUpdateTest, RollsHistoryAndAppliesTheFormula) {
                                 1.0f, 1.0f, 1.0f, 100.0f};
   std::vector<float> amax = {3.0f, 0.25f, 2.0f};
   const std::vector<float> max = {448.0f, 57344.0f, 448.0f};
-  Fp8ScaleUpdate(scale.data(), scale_inv.data(), history.data(), amax.data(), max.data(), n, H,
+  Fp8ScaleUpdate(scale.data(), scale_inv.data(), 1, history.data(), amax.data(), max.data(), n, H,
                  /*use_history_max=*/true, /*margin=*/1);
   // Histories rolled: the oldest entry (0.5, 0, 100) dropped.
   EXPECT_EQ(history, (std::vector<float>{3.0f, 2.0f, 8.0f, 1.0f, 0.25f, 0.0f, 0.0f, 0.0f, 2.0f,
@@ -183,7 +183,7 @@ TEST(Fp8ScaleUpdateTest, RollsHistoryAndAppliesTheFormula) {
 
   // most_recent: only h[0] counts.
   std::vector<float> s2 = {1.0f}, si2(1), h2 = {100.0f, 100.0f}, a2 = {7.0f}, m2 = {448.0f};
-  Fp8ScaleUpdate(s2.data(), si2.data(), h2.data(), a2.data(), m2.data(), 1, 2, false, 0);
+  Fp8ScaleUpdate(s2.data(), si2.data(), 1, h2.data(), a2.data(), m2.data(), 1, 2, false, 0);
   EXPECT_EQ(s2[0], 448.0f / 7.0f);
   EXPECT_EQ(h2, (std::vector<float>{7.0f, 100.0f}));
 }
@@ -206,17 +206,17 @@ TEST(Fp8ScaleUpdateTest, ZeroInfNanAndOverflowingScalesKeepThePreviousScale) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.amax);
     std::vector<float> s = {3.0f}, si(1), h = {0.0f}, a = {c.amax}, m = {448.0f};
-    Fp8ScaleUpdate(s.data(), si.data(), h.data(), a.data(), m.data(), 1, 1, true, 0);
+    Fp8ScaleUpdate(s.data(), si.data(), 1, h.data(), a.data(), m.data(), 1, 1, true, 0);
     EXPECT_EQ(s[0], c.want);
     EXPECT_EQ(s[0], Expected(c.amax, 3.0f, 448.0f, 0));
     EXPECT_EQ(si[0], 1.0f / c.want);
   }
   // A NaN anywhere in the history makes the max NaN: the scale stays until it rolls out.
   std::vector<float> s = {3.0f}, si(1), h = {1.0f, kNaN, 0.0f}, a = {2.0f}, m = {448.0f};
-  Fp8ScaleUpdate(s.data(), si.data(), h.data(), a.data(), m.data(), 1, 3, true, 0);
+  Fp8ScaleUpdate(s.data(), si.data(), 1, h.data(), a.data(), m.data(), 1, 3, true, 0);
   EXPECT_EQ(s[0], 3.0f);  // history {2, 1, NaN}
   a[0] = 4.0f;
-  Fp8ScaleUpdate(s.data(), si.data(), h.data(), a.data(), m.data(), 1, 3, true, 0);
+  Fp8ScaleUpdate(s.data(), si.data(), 1, h.data(), a.data(), m.data(), 1, 3, true, 0);
   EXPECT_EQ(s[0], 448.0f / 4.0f);  // {4, 2, 1}: the NaN rolled out
 }
 
@@ -228,7 +228,7 @@ TEST(Fp8ScaleUpdateTest, RandomAmaxesMatchTheFormulaBitForBit) {
       const float amax = std::exp2(e(rng)) * (1.0f + (i % 7) / 8.0f);
       const float max = i % 2 ? 448.0f : 57344.0f;
       std::vector<float> s = {1.0f}, si(1), h = {0.0f}, a = {amax}, m = {max};
-      Fp8ScaleUpdate(s.data(), si.data(), h.data(), a.data(), m.data(), 1, 1, true, margin);
+      Fp8ScaleUpdate(s.data(), si.data(), 1, h.data(), a.data(), m.data(), 1, 1, true, margin);
       ASSERT_EQ(s[0], Expected(amax, 1.0f, max, margin)) << amax << " margin " << margin;
     }
   }

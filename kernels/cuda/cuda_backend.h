@@ -85,9 +85,9 @@ class CudaBackend final : public Backend {
   void GeluForward(void* out, const void* inp, size_t n) override;
   void GeluBackward(void* dout, const void* pre, size_t n) override;
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
-  void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                      const float* fp8_max, int n, int history_len, bool use_history_max,
-                      int margin) override;
+  void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                      float* amax, const float* fp8_max, int n, int history_len,
+                      bool use_history_max, int margin) override;
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
 

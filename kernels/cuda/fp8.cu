@@ -90,12 +90,13 @@ __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int
   }
 }
 
-__global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, float* history, float* amax,
-                                     const float* fp8_max, int n, int len, bool use_history_max,
-                                     int margin) {
+__global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, int scale_inv_stride,
+                                     float* history, float* amax, const float* fp8_max, int n,
+                                     int len, bool use_history_max, int margin) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n)
-    Fp8UpdateOne(i, scale, scale_inv, history, amax, fp8_max, len, use_history_max, margin);
+    Fp8UpdateOne(i, scale, scale_inv, scale_inv_stride, history, amax, fp8_max, len,
+                 use_history_max, margin);
 }
 
 }  // namespace
@@ -109,12 +110,13 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int
   return cudaGetLastError();
 }
 
-cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                           const float* fp8_max, int n, int history_len, bool use_history_max,
-                           int margin, cudaStream_t s) {
+cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                           float* amax, const float* fp8_max, int n, int history_len,
+                           bool use_history_max, int margin, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, history, amax, fp8_max, n,
-                                                       history_len, use_history_max, margin);
+  Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, scale_inv_stride,
+                                                       history, amax, fp8_max, n, history_len,
+                                                       use_history_max, margin);
   return cudaGetLastError();
 }
 

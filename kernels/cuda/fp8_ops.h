@@ -17,9 +17,9 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int 
                     bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                     cudaStream_t s);
 
-cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                           const float* fp8_max, int n, int history_len, bool use_history_max,
-                           int margin, cudaStream_t s);
+cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                           float* amax, const float* fp8_max, int n, int history_len,
+                           bool use_history_max, int margin, cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 

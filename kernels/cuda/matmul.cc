@@ -186,7 +186,12 @@ absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B,
   }
   return CublasStatus(st,
                       absl::StrCat("cublasLtMatmul (every one of ", p->candidates.size(),
-                                   " candidate algorithms rejected ", Describe(s), ")")
+                                   " candidate algorithms rejected ", Describe(s),
+                                   a_scale ? absl::StrCat(", scale alignment A/B ",
+                                                          PointerAlignment(a_scale), "/",
+                                                          PointerAlignment(b_scale), " bytes")
+                                           : std::string(),
+                                   ")")
                           .c_str(),
                       __FILE__, __LINE__);
 }

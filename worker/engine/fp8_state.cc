@@ -10,7 +10,7 @@
 namespace boulder::engine {
 namespace {
 
-size_t AlignUp(size_t n) { return (n + 63) / 64 * 64; }
+size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }  // cudaMalloc alignment
 
 }  // namespace
 
@@ -65,33 +65,36 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   std::unique_ptr<Fp8State> s(new Fp8State(backend, options, layers));
   const size_t n = s->n_, H = options.amax_history_len;
   const size_t vec = AlignUp(n * sizeof(float));
+  const size_t inv = AlignUp(n * kScaleInvStride * sizeof(float));
   const size_t hist = AlignUp(n * H * sizeof(float));
   const size_t counts = AlignUp(n * kernels::kFp8CountersPerTensor * sizeof(uint64_t));
-  const size_t total = 4 * vec + hist + counts;
+  const size_t total = 3 * vec + inv + hist + counts;
   absl::StatusOr<void*> block = backend->Alloc(total);
   if (!block.ok()) return block.status();
   s->block_ = *block;
   char* p = static_cast<char*>(*block);
   s->scale_ = reinterpret_cast<float*>(p);
-  s->scale_inv_ = reinterpret_cast<float*>(p + vec);
-  s->amax_ = reinterpret_cast<float*>(p + 2 * vec);
-  s->fp8_max_ = reinterpret_cast<float*>(p + 3 * vec);
-  s->history_ = reinterpret_cast<float*>(p + 4 * vec);
-  s->counts_ = reinterpret_cast<uint64_t*>(p + 4 * vec + hist);
+  s->amax_ = reinterpret_cast<float*>(p + vec);
+  s->fp8_max_ = reinterpret_cast<float*>(p + 2 * vec);
+  s->scale_inv_ = reinterpret_cast<float*>(p + 3 * vec);
+  s->history_ = reinterpret_cast<float*>(p + 3 * vec + inv);
+  s->counts_ = reinterpret_cast<uint64_t*>(p + 3 * vec + inv + hist);
   backend->Memset0(*block, total);
   std::vector<float> ones(n, 1.0f), max(n);
   for (int i = 0; i < s->n_; ++i) {
     max[i] = kernels::Fp8Max(s->Format(static_cast<Fp8Role>(i % kRoles)));
   }
   backend->CopyFromHost(s->scale_, ones.data(), n * sizeof(float));
-  backend->CopyFromHost(s->scale_inv_, ones.data(), n * sizeof(float));
+  std::vector<float> inv_ones(n * kScaleInvStride, 0.0f);
+  for (size_t i = 0; i < n; ++i) inv_ones[i * kScaleInvStride] = 1.0f;
+  backend->CopyFromHost(s->scale_inv_, inv_ones.data(), inv_ones.size() * sizeof(float));
   backend->CopyFromHost(s->fp8_max_, max.data(), n * sizeof(float));
   if (absl::Status st = backend->Synchronize(); !st.ok()) return st;
   return s;
 }
 
 void Fp8State::UpdateScales() {
-  backend_->Fp8ScaleUpdate(scale_, scale_inv_, history_, amax_, fp8_max_, n_,
+  backend_->Fp8ScaleUpdate(scale_, scale_inv_, kScaleInvStride, history_, amax_, fp8_max_, n_,
                            options_.amax_history_len, options_.use_history_max, options_.margin);
 }
 

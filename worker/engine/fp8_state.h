@@ -74,7 +74,11 @@ class Fp8State {
   }
   // Device pointers of tensor i's slots.
   float* scale(int i) const { return scale_ + i; }
-  float* scale_inv(int i) const { return scale_inv_ + i; }
+  // Each scale_inv on its own 256-byte slot (kScaleInvStride floats apart): cuBLASLt's FP8
+  // GEMMs reject a scale pointer that is only 4-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED from
+  // every algorithm, seen on the H200 with CUDA 13.0).
+  static constexpr int kScaleInvStride = 64;
+  float* scale_inv(int i) const { return scale_inv_ + static_cast<size_t>(i) * kScaleInvStride; }
   float* amax(int i) const { return amax_ + i; }
   uint64_t* counts(int i) const {
     return counts_ + static_cast<size_t>(i) * kernels::kFp8CountersPerTensor;
