@@ -9,10 +9,15 @@
 // non-negative floats; NaN beats inf), reduced per warp, per block, then one atomicMax per
 // block; the counters likewise (one 64-bit atomicAdd per block and counter).
 //
+// Rows and columns that are multiples of 8 take CastFp8VecKernel (vectorised, below).
+//
 // Scale update: one thread per tensor running kernels/fp8_recipe.h. This file is compiled
 // without --use_fast_math (see CMakeLists.txt) so the division and reciprocal are IEEE and
 // subnormals are kept: the scales are bit-identical to the CPU backend's.
 #include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_ops.h"
@@ -90,6 +95,103 @@ __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int
   }
 }
 
+// The fast path for rows and cols multiples of 8 (every FP8 GEMM operand: their dims are
+// multiples of 16) and 16-byte-aligned input, 8-byte-aligned outputs: 64x64 tiles, each
+// thread loading 8 BF16 (16 bytes) and storing 8 FP8 codes (8 bytes) per access; the
+// transpose goes through a shared tile written transposed, so its rows are read back as
+// 8-byte words. A grid of at most a few blocks per SM strides over the tiles, so amax and the
+// counters meet the global atomics once per block, not once per tile. Same encoding and
+// same counting rules as CastFp8Kernel.
+constexpr int kVecTile = 64;
+constexpr int kVecThreads = 256;  // 8 threads per 64-column row, 32 rows per pass
+constexpr int kVecPitch = kVecTile + 8;
+
+__global__ void __launch_bounds__(kVecThreads)
+    CastFp8VecKernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
+                     bool e4m3, const float* scale_p, float* amax, unsigned long long* counts) {
+  __shared__ __align__(8) uint8_t tile_t[kVecTile][kVecPitch];  // [column][row] of the tile
+  __shared__ unsigned int s_amax;
+  __shared__ unsigned int s_counts[3];
+  if (threadIdx.x == 0) {
+    s_amax = 0;
+    s_counts[0] = s_counts[1] = s_counts[2] = 0;
+  }
+  const float scale = *scale_p;
+  const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const int tiles_c = (cols + kVecTile - 1) / kVecTile;
+  const int tiles = tiles_c * ((rows + kVecTile - 1) / kVecTile);
+  const int lane_c = (threadIdx.x % 8) * 8;  // first of this thread's 8 columns
+  const int lane_r = threadIdx.x / 8;        // 0..31
+  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int r0 = (t / tiles_c) * kVecTile, c0 = (t % tiles_c) * kVecTile;
+    const int c = c0 + lane_c;
+    for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+      const int r = r0 + i;
+      uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (r < rows && c < cols) {  // cols % 8 == 0: all 8 columns are in range
+        const uint4 raw = *reinterpret_cast<const uint4*>(inp + size_t(r) * cols + c);
+        const bf16* x8 = reinterpret_cast<const bf16*>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float x = __bfloat162float(x8[j]);
+          const float y = __fmul_rn(x, scale);
+          q[j] = ToFp8(y, e4m3);
+          my_amax = max(my_amax, __float_as_uint(fabsf(x)));
+          if (!isfinite(x)) {
+            ++non_finite;
+          } else {
+            if (fabsf(y) > fp8_max) ++saturated;
+            if (x != 0.0f && (q[j] & 0x7F) == 0) ++underflow;
+          }
+        }
+        if (out != nullptr) {
+          uint2 packed;
+          uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) pb[j] = q[j];
+          *reinterpret_cast<uint2*>(out + size_t(r) * cols + c) = packed;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile_t[lane_c + j][i] = q[j];
+    }
+    __syncthreads();
+    if (out_t != nullptr) {
+      // Row cc of the transpose holds input column cc; 8 threads write its 64 bytes.
+      for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+        const int cc = c0 + i, rr = r0 + lane_c;
+        if (cc < cols && rr < rows) {  // rows % 8 == 0: all 8 rows are in range
+          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
+              *reinterpret_cast<const uint2*>(&tile_t[i][lane_c]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
+  saturated = __reduce_add_sync(0xffffffffu, saturated);
+  underflow = __reduce_add_sync(0xffffffffu, underflow);
+  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
+  if (threadIdx.x % 32 == 0) {
+    atomicMax(&s_amax, my_amax);
+    if (saturated) atomicAdd(&s_counts[0], saturated);
+    if (underflow) atomicAdd(&s_counts[1], underflow);
+    if (non_finite) atomicAdd(&s_counts[2], non_finite);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
+    for (int k = 0; k < 3; ++k) {
+      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
+    }
+  }
+}
+
+bool Aligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+
 __global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, int scale_inv_stride,
                                      float* history, float* amax, const float* fp8_max, int n,
                                      int len, bool use_history_max, int margin) {
@@ -104,6 +206,19 @@ __global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, int scale_i
 cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols, bool e4m3,
                     const float* scale, float* amax, unsigned long long* counts, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
+  if (rows % 8 == 0 && cols % 8 == 0 && Aligned(inp, 16) && Aligned(out, 8) && Aligned(out_t, 8)) {
+    static int max_blocks = [] {
+      int dev = 0, sms = 0, per_sm = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CastFp8VecKernel, kVecThreads, 0);
+      return std::max(1, sms * std::max(1, per_sm));
+    }();
+    const int tiles = CeilDiv(cols, kVecTile) * CeilDiv(rows, kVecTile);
+    CastFp8VecKernel<<<std::min(tiles, max_blocks), kVecThreads, 0, s>>>(
+        out, out_t, inp, rows, cols, e4m3, scale, amax, counts);
+    return cudaGetLastError();
+  }
   const dim3 grid(CeilDiv(cols, kTile), CeilDiv(rows, kTile));
   const dim3 block(kTile, kRowsPerPass);
   CastFp8Kernel<<<grid, block, 0, s>>>(out, out_t, inp, rows, cols, e4m3, scale, amax, counts);

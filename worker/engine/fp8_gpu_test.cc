@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
@@ -221,7 +222,8 @@ TEST(Fp8GpuTest, SeedJobInFp8ConvergesLikeBf16) {
   std::vector<int32_t> seq(fp8.generation.prompt().begin(), fp8.generation.prompt().end());
   seq.insert(seq.end(), fp8.generation.tokens().begin(), fp8.generation.tokens().end());
   int32_t stride = 0;
-  EXPECT_TRUE(HasConstantStride(seq, 96, &stride)) << absl::StrCat("generated: ", seq.size());
+  EXPECT_TRUE(HasConstantStride(seq, 96, &stride))
+      << "prompt + generated: " << absl::StrJoin(seq, " ");
 }
 
 TEST(Fp8GpuTest, RefusesFp8WithoutFp8Hardware) {
