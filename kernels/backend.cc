@@ -4,6 +4,15 @@
 
 namespace boulder::kernels {
 
+void Backend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
+                          int rows, int cols, Fp8Format format, const float* scale, float* amax,
+                          uint64_t* counts) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (pre != nullptr) GeluBackward(dout, pre, n);
+  if (dbias != nullptr) BiasBackward(dbias, dout, rows, cols);
+  CastFp8(out, out_t, dout, rows, cols, format, scale, amax, counts);
+}
+
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32:

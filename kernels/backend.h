@@ -176,6 +176,17 @@ class Backend {
   virtual void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
                        Fp8Format format, const float* scale, float* amax, uint64_t* counts) = 0;
 
+  // The backward's cast of a Linear's output gradient dout[rows, cols] (compute dtype):
+  //   g = dout ⊙ gelu_tanh'(pre) when pre is not null (fc1), else dout;
+  //   dbias[c] += Σ_rows g[r, c] when dbias is not null;
+  //   out, out_t = CastFp8(g) with CastFp8's statistics.
+  // dout's contents afterwards are unspecified (it may hold g, or be unchanged). The default
+  // runs GeluBackward, BiasBackward and CastFp8 in turn; the cuda backend fuses them into one
+  // pass where the shapes allow.
+  virtual void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre,
+                           void* dbias, int rows, int cols, Fp8Format format, const float* scale,
+                           float* amax, uint64_t* counts);
+
   // out[M,N] (compute dtype) = (a[M,K]·(*a_scale_inv)) · (b[N,K]·(*b_scale_inv))ᵀ + bias[N]
   // with FP8 a and b (both K-contiguous: cuBLASLt's FP8 GEMM is TN only), FP32 accumulation.
   // accumulate: out += instead of = (bias must then be null). fast_accum: let the GPU

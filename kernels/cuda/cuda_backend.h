@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
   bool deterministic() const { return deterministic_; }
   // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
   absl::Status Fp8Supported() const override;
+  void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
+                   int rows, int cols, Fp8Format format, const float* scale, float* amax,
+                   uint64_t* counts) override;
   void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
                const float* scale, float* amax, uint64_t* counts) override;
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,

@@ -41,6 +41,23 @@ void CudaBackend::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int row
         "CastFp8");
 }
 
+void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre,
+                              void* dbias, int rows, int cols, Fp8Format format,
+                              const float* scale, float* amax, uint64_t* counts) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "CastFp8Grad without an output");
+  if (!cuda::CastFp8GradFusable(out, out_t, dout, pre, rows, cols)) {
+    Backend::CastFp8Grad(out, out_t, dout, pre, dbias, rows, cols, format, scale, amax, counts);
+    return;
+  }
+  ProfileScope profile(this, "CastFp8Grad");
+  Check(cuda::CastFp8Grad(out, out_t, static_cast<const bf16*>(dout),
+                          static_cast<const bf16*>(pre), static_cast<bf16*>(dbias), rows, cols,
+                          format == Fp8Format::kE4M3, scale, amax,
+                          reinterpret_cast<unsigned long long*>(counts), scratch_, stream_),
+        "CastFp8Grad");
+}
+
 void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,

@@ -188,6 +188,134 @@ __global__ void __launch_bounds__(kVecThreads)
   }
 }
 
+// The backward's cast of a Linear's output gradient, fused (the fast path's conditions):
+// g = dout, or dout ⊙ gelu'(pre) rounded to BF16 when pre is given (fc1: the unfused
+// GeluBackward's rounding); q = fp8(g · scale) into out and out_t with CastFp8's statistics;
+// and when partial is given, each block's column sums of g over its chunk of rows into
+// partial[chunk, cols] (FP32, summed in a fixed order: deterministic). Block (x, y) owns the
+// 64-column strip x and the row tiles of chunk y.
+__global__ void __launch_bounds__(kVecThreads)
+    CastFp8GradKernel(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre,
+                      float* partial, int rows, int cols, int tiles_per_chunk, bool e4m3,
+                      const float* scale_p, float* amax, unsigned long long* counts) {
+  __shared__ __align__(8) uint8_t tile_t[kVecTile][kVecPitch];
+  __shared__ float col_sums[kVecThreads / 8][kVecTile];
+  __shared__ unsigned int s_amax;
+  __shared__ unsigned int s_counts[3];
+  if (threadIdx.x == 0) {
+    s_amax = 0;
+    s_counts[0] = s_counts[1] = s_counts[2] = 0;
+  }
+  const float scale = *scale_p;
+  const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const int lane_c = (threadIdx.x % 8) * 8;
+  const int lane_r = threadIdx.x / 8;
+  const int c0 = blockIdx.x * kVecTile, c = c0 + lane_c;
+  const int row_tiles = (rows + kVecTile - 1) / kVecTile;
+  const int t_begin = blockIdx.y * tiles_per_chunk;
+  const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  for (int t = t_begin; t < t_end; ++t) {
+    const int r0 = t * kVecTile;
+    for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+      const int r = r0 + i;
+      uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (r < rows && c < cols) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(dout + size_t(r) * cols + c);
+        const bf16* d8 = reinterpret_cast<const bf16*>(&raw);
+        uint4 praw = make_uint4(0, 0, 0, 0);
+        if (pre != nullptr) praw = *reinterpret_cast<const uint4*>(pre + size_t(r) * cols + c);
+        const bf16* p8 = reinterpret_cast<const bf16*>(&praw);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          float x = __bfloat162float(d8[j]);
+          if (pre != nullptr) {
+            x = __bfloat162float(__float2bfloat16(x * GeluTanhGrad(__bfloat162float(p8[j]))));
+          }
+          sums[j] += x;
+          const float y = __fmul_rn(x, scale);
+          q[j] = ToFp8(y, e4m3);
+          my_amax = max(my_amax, __float_as_uint(fabsf(x)));
+          if (!isfinite(x)) {
+            ++non_finite;
+          } else {
+            if (fabsf(y) > fp8_max) ++saturated;
+            if (x != 0.0f && (q[j] & 0x7F) == 0) ++underflow;
+          }
+        }
+        if (out != nullptr) {
+          uint2 packed;
+          uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) pb[j] = q[j];
+          *reinterpret_cast<uint2*>(out + size_t(r) * cols + c) = packed;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile_t[lane_c + j][i] = q[j];
+    }
+    __syncthreads();
+    if (out_t != nullptr) {
+      for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+        const int cc = c0 + i, rr = r0 + lane_c;
+        if (cc < cols && rr < rows) {
+          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
+              *reinterpret_cast<const uint2*>(&tile_t[i][lane_c]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (partial != nullptr) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) col_sums[lane_r][lane_c + j] = sums[j];
+    __syncthreads();
+    if (threadIdx.x < kVecTile && c0 + threadIdx.x < cols) {
+      float acc = 0.f;
+      for (int l = 0; l < kVecThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
+      partial[size_t(blockIdx.y) * cols + c0 + threadIdx.x] = acc;
+    }
+  }
+  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
+  saturated = __reduce_add_sync(0xffffffffu, saturated);
+  underflow = __reduce_add_sync(0xffffffffu, underflow);
+  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
+  if (threadIdx.x % 32 == 0) {
+    atomicMax(&s_amax, my_amax);
+    if (saturated) atomicAdd(&s_counts[0], saturated);
+    if (underflow) atomicAdd(&s_counts[1], underflow);
+    if (non_finite) atomicAdd(&s_counts[2], non_finite);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
+    for (int k = 0; k < 3; ++k) {
+      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
+    }
+  }
+}
+
+// dbias[c] += Σ_k partial[k, c] in k order (deterministic), BF16 result.
+__global__ void AddColumnPartialsKernel(bf16* dbias, const float* partial, int chunks, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.f;
+  for (int k = 0; k < chunks; ++k) acc += partial[size_t(k) * cols + c];
+  dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + acc);
+}
+
+int CastMaxBlocks() {
+  static int max_blocks = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CastFp8VecKernel, kVecThreads, 0);
+    return std::max(1, sms * std::max(1, per_sm));
+  }();
+  return max_blocks;
+}
+
 bool Aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }
@@ -207,21 +335,43 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int
                     const float* scale, float* amax, unsigned long long* counts, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (rows % 8 == 0 && cols % 8 == 0 && Aligned(inp, 16) && Aligned(out, 8) && Aligned(out_t, 8)) {
-    static int max_blocks = [] {
-      int dev = 0, sms = 0, per_sm = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CastFp8VecKernel, kVecThreads, 0);
-      return std::max(1, sms * std::max(1, per_sm));
-    }();
     const int tiles = CeilDiv(cols, kVecTile) * CeilDiv(rows, kVecTile);
-    CastFp8VecKernel<<<std::min(tiles, max_blocks), kVecThreads, 0, s>>>(
+    CastFp8VecKernel<<<std::min(tiles, CastMaxBlocks()), kVecThreads, 0, s>>>(
         out, out_t, inp, rows, cols, e4m3, scale, amax, counts);
     return cudaGetLastError();
   }
   const dim3 grid(CeilDiv(cols, kTile), CeilDiv(rows, kTile));
   const dim3 block(kTile, kRowsPerPass);
   CastFp8Kernel<<<grid, block, 0, s>>>(out, out_t, inp, rows, cols, e4m3, scale, amax, counts);
+  return cudaGetLastError();
+}
+
+bool CastFp8GradFusable(const void* out, const void* out_t, const void* dout, const void* pre,
+                        int rows, int cols) {
+  return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 8 == 0 && Aligned(dout, 16) &&
+         Aligned(pre, 16) && Aligned(out, 8) && Aligned(out_t, 8);
+}
+
+cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre,
+                        bf16* dbias, int rows, int cols, bool e4m3, const float* scale,
+                        float* amax, unsigned long long* counts, Scratch& scratch,
+                        cudaStream_t s) {
+  if (!CastFp8GradFusable(out, out_t, dout, pre, rows, cols)) return cudaErrorInvalidValue;
+  const int col_tiles = CeilDiv(cols, kVecTile), row_tiles = CeilDiv(rows, kVecTile);
+  // About CastMaxBlocks() blocks in all: chunks of row tiles per column strip.
+  const int chunks = std::max(1, std::min(row_tiles, CastMaxBlocks() / col_tiles));
+  const int per_chunk = CeilDiv(row_tiles, chunks);
+  const int used = CeilDiv(row_tiles, per_chunk);
+  float* partial = nullptr;
+  if (dbias != nullptr) {
+    partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(used) * cols));
+    if (partial == nullptr) return scratch.last_error();
+  }
+  CastFp8GradKernel<<<dim3(col_tiles, used), kVecThreads, 0, s>>>(
+      out, out_t, dout, pre, partial, rows, cols, per_chunk, e4m3, scale, amax, counts);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || dbias == nullptr) return err;
+  AddColumnPartialsKernel<<<CeilDiv(cols, 256), 256, 0, s>>>(dbias, partial, used, cols);
   return cudaGetLastError();
 }
 

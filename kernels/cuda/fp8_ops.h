@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/ops.h"
+
 namespace boulder::kernels::cuda {
 
 // inp [rows, cols] BF16 -> out [rows, cols] and/or out_t [cols, rows] FP8 (E4M3 when e4m3,
@@ -16,6 +18,17 @@ namespace boulder::kernels::cuda {
 cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int rows, int cols,
                     bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                     cudaStream_t s);
+
+// The fused backward cast (Backend::CastFp8Grad): g = dout (⊙ gelu'(pre) when pre is not
+// null), cast like CastFp8, and dbias += column sums of g when dbias is not null (partial sums
+// in scratch, fixed order). Only when CastFp8GradFusable (dims multiples of 8, aligned
+// pointers); otherwise cudaErrorInvalidValue without launching.
+bool CastFp8GradFusable(const void* out, const void* out_t, const void* dout, const void* pre,
+                        int rows, int cols);
+cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* pre, __nv_bfloat16* dbias, int rows, int cols,
+                        bool e4m3, const float* scale, float* amax, unsigned long long* counts,
+                        Scratch& scratch, cudaStream_t s);
 
 cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                            float* amax, const float* fp8_max, int n, int history_len,

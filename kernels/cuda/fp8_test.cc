@@ -173,6 +173,81 @@ TEST_F(CudaFp8Test, CastTransposeMatchesEmulationE5M2) {
   CastCase(Fp8Format::kE5M2, 37, 45, 8.0f);
 }
 
+// The fused backward cast (dGELU + bias gradient + cast-transpose) against the same three ops
+// run unfused on the CPU backend (FP32): codes decode within TE's tolerance of the CPU's
+// g·scale (the GPU rounds g to BF16 first), dbias within 1e-2 relative of the CPU's column
+// sums, amax within 1%, out_t the transpose of out, and two runs bit-identical (the column
+// sums are reduced in a fixed order).
+TEST_F(CudaFp8Test, FusedGradCastMatchesUnfusedCpu) {
+  std::unique_ptr<Backend> cpu = NewCpuBackend(0);
+  for (const bool gelu : {true, false}) {
+    const int rows = 1024, cols = 384;
+    const float scale = 256.0f;
+    SCOPED_TRACE(gelu ? "with dGELU" : "without dGELU");
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<float> dout(size_t(rows) * cols), pre(dout.size()), dbias0(cols);
+    for (auto& x : dout) x = RoundBF16(0.05f * d(rng_));
+    for (auto& x : pre) x = RoundBF16(2.f * d(rng_));
+    for (auto& x : dbias0) x = RoundBF16(d(rng_));
+    // GPU, twice from the same inputs.
+    std::vector<uint8_t> got, got_t;
+    std::vector<float> got_bias;
+    float got_amax = 0;
+    for (int run = 0; run < 2; ++run) {
+      void* g_dout = UploadBF16(dout);
+      void* g_pre = UploadBF16(pre);
+      void* g_bias = UploadBF16(dbias0);
+      std::vector<uint8_t> poison(dout.size(), 0x7F);
+      uint8_t* out = Upload(poison);
+      uint8_t* out_t = Upload(poison);
+      float* d_scale = Upload(std::vector<float>{scale});
+      float* d_amax = Upload(std::vector<float>{0.0f});
+      uint64_t* d_counts = Upload(std::vector<uint64_t>{0, 0, 0});
+      gpu_->CastFp8Grad(out, out_t, g_dout, gelu ? g_pre : nullptr, g_bias, rows, cols,
+                        Fp8Format::kE5M2, d_scale, d_amax, d_counts);
+      std::vector<float> bias(cols);
+      gpu_->CopyToHostF32(bias.data(), g_bias, DType::kBF16, cols);
+      const std::vector<uint8_t> o = Download(out, dout.size()), ot = Download(out_t, dout.size());
+      const float amax = Download(d_amax, 1)[0];
+      if (run == 0) {
+        got = o, got_t = ot, got_bias = bias, got_amax = amax;
+      } else {
+        EXPECT_EQ(o, got) << "codes differ between two runs";
+        EXPECT_EQ(0, std::memcmp(bias.data(), got_bias.data(), cols * sizeof(float)))
+            << "dbias differs between two runs";
+      }
+    }
+    // CPU reference: the unfused default.
+    std::vector<float> c_dout = dout, c_bias = dbias0;
+    std::vector<uint8_t> want(dout.size()), want_t(dout.size());
+    float c_scale = scale, c_amax = 0;
+    std::vector<uint64_t> c_counts(3, 0);
+    cpu->CastFp8Grad(want.data(), want_t.data(), c_dout.data(), gelu ? pre.data() : nullptr,
+                     c_bias.data(), rows, cols, Fp8Format::kE5M2, &c_scale, &c_amax,
+                     c_counts.data());
+    const Tol tol = TeTolerance(Fp8Format::kE5M2);
+    int out_of_tol = 0, transposed_wrong = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) {
+        const size_t i = size_t(r) * cols + c;
+        if (got_t[size_t(c) * rows + r] != got[i]) ++transposed_wrong;
+        const float y = c_dout[i] * scale;  // the CPU's g (its dout after the call)
+        const float v = cpu::DecodeFp8(got[i], Fp8Format::kE5M2);
+        if (!(std::fabs(v - y) <= tol.atol + tol.rtol * std::fabs(y))) ++out_of_tol;
+      }
+    }
+    EXPECT_EQ(transposed_wrong, 0) << "out_t is not the transpose of out";
+    EXPECT_EQ(out_of_tol, 0) << "decoded values outside TE's tolerance of the CPU's g";
+    EXPECT_NEAR(got_amax, c_amax, 0.01 * c_amax);
+    double num = 0, den = 0;
+    for (int c = 0; c < cols; ++c) {
+      num += (double(got_bias[c]) - c_bias[c]) * (double(got_bias[c]) - c_bias[c]);
+      den += double(c_bias[c] - dbias0[c]) * (c_bias[c] - dbias0[c]) + 1e-30;
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << "dbias increment: relative L2 error";
+  }
+}
+
 TEST_F(CudaFp8Test, CastCountsNonFiniteAndAccumulatesAmax) {
   const std::vector<float> x = {1.0f, INFINITY, -2.0f, NAN, 0.5f, 3.0f, -INFINITY, 0.0f};
   void* in = UploadBF16(x);

@@ -3,8 +3,8 @@
 //   forward:  input -> cast-transpose (E4M3, the input's scale; the transpose is kept for the
 //             weight gradient); weight -> cast-transpose once per optimizer step;
 //             out = FP8 GEMM (fast accumulation) + bias, then GELU for fc1;
-//   backward: dGELU (fc1), bias gradient in the compute dtype; dout -> cast-transpose (E5M2
-//             in hybrid); dinp = FP8 GEMM(dout, weightᵀ); dweight += FP8 GEMM(doutᵀ, inputᵀ).
+//   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
+//             in hybrid) in one Backend::CastFp8Grad; dinp = FP8 GEMM(dout, weightᵀ); dweight += FP8 GEMM(doutᵀ, inputᵀ).
 // The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep.
 #include <algorithm>
 #include <utility>
@@ -90,9 +90,9 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
   const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
   const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
-  if (pre_gelu != nullptr) be.GeluBackward(dout, pre_gelu, static_cast<size_t>(N) * OC);
-  if (dbias != nullptr) be.BiasBackward(dbias, dout, N, OC);
-  be.CastFp8(fp8_dout_, fp8_dout_t_, dout, N, OC, g_fmt, s.scale(g), s.amax(g), s.counts(g));
+  // dGELU (fc1), the bias gradient and the cast in one pass where the backend fuses them.
+  be.CastFp8Grad(fp8_dout_, fp8_dout_t_, dout, pre_gelu, dbias, N, OC, g_fmt, s.scale(g),
+                 s.amax(g), s.counts(g));
   s.AddElements(g, static_cast<int64_t>(N) * OC);
   if (dinp != nullptr) {
     // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous.
