@@ -216,17 +216,28 @@ __global__ void __launch_bounds__(kVecThreads)
   const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
   float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  constexpr int kPasses = kVecTile / (kVecThreads / 8);  // rows of a tile per thread
   for (int t = t_begin; t < t_end; ++t) {
     const int r0 = t * kVecTile;
-    for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+    // Every load of the tile first (memory-level parallelism), then the arithmetic.
+    uint4 raws[kPasses], praws[kPasses];
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int r = r0 + lane_r + p * (kVecThreads / 8);
+      raws[p] = praws[p] = make_uint4(0, 0, 0, 0);
+      if (r < rows && c < cols) {
+        raws[p] = *reinterpret_cast<const uint4*>(dout + size_t(r) * cols + c);
+        if (pre != nullptr) praws[p] = *reinterpret_cast<const uint4*>(pre + size_t(r) * cols + c);
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int i = lane_r + p * (kVecThreads / 8);
       const int r = r0 + i;
       uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       if (r < rows && c < cols) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(dout + size_t(r) * cols + c);
-        const bf16* d8 = reinterpret_cast<const bf16*>(&raw);
-        uint4 praw = make_uint4(0, 0, 0, 0);
-        if (pre != nullptr) praw = *reinterpret_cast<const uint4*>(pre + size_t(r) * cols + c);
-        const bf16* p8 = reinterpret_cast<const bf16*>(&praw);
+        const bf16* d8 = reinterpret_cast<const bf16*>(&raws[p]);
+        const bf16* p8 = reinterpret_cast<const bf16*>(&praws[p]);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           float x = __bfloat162float(d8[j]);
