@@ -157,23 +157,18 @@ absl::Status Model::Allocate() {
       la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
     };
     if (mode == Recompute::kFull) carve_inner(shared);
-    if (mode != Recompute::kNone) {
-      shared.fc_pre = take(R * F * elem_);
-      shared.fc_gelu = take(R * F * elem_);
-    }
+    if (mode != Recompute::kNone) shared.fc_pre = take(R * F * elem_);
+    // GELU's output (fc2's input) is one buffer in every mode: the backward recomputes it
+    // from the layer's pre-activation (Backward()).
+    shared.fc_gelu = take(R * F * elem_);
     for (LayerActs& la : act_.layers) {
       if (mode == Recompute::kFull) {
         la = shared;
       } else {
         carve_inner(la);
       }
-      if (mode == Recompute::kNone) {
-        la.fc_pre = take(R * F * elem_);
-        la.fc_gelu = take(R * F * elem_);
-      } else {
-        la.fc_pre = shared.fc_pre;
-        la.fc_gelu = shared.fc_gelu;
-      }
+      la.fc_pre = mode == Recompute::kNone ? take(R * F * elem_) : shared.fc_pre;
+      la.fc_gelu = shared.fc_gelu;
       la.residual3 = take(R * C * elem_);
     }
     act_.lnf = take(R * C * elem_);
@@ -395,6 +390,11 @@ absl::Status Model::Backward() {
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     // The shared buffers still hold the last layer's activations from the forward.
     if (options_.recompute != Recompute::kNone && l != c.layers - 1) RecomputeLayer(l);
+    // fc2's input, GELU(fc_pre), is one buffer shared by all layers that still holds the last
+    // layer's from the forward: recompute it for the others. In every recompute mode from the
+    // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
+    // bit-identical (kMlp's GEMM epilogue output is overwritten).
+    if (l != c.layers - 1) be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
     LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
                    G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
