@@ -115,6 +115,18 @@ class Backend {
                               const void* pre_gelu, const void* inp, const void* weight,
                               int N, int C, int OC) = 0;
 
+  // The backward of a Linear whose input is GELU(pre) (the MLP's fc2), with that GELU's
+  // backward and the previous Linear's bias gradient fused in (cuda: one GEMM, cuBLASLt's
+  // DGELU_BGRAD epilogue). Given dout[N,OC] and pre[N,C]:
+  //   dpre = (dout·weight) ⊙ gelu_tanh'(pre)   (=; the gradient w.r.t. pre, [N,C]);
+  //   dpre_bias += Σ_rows dpre                 (skipped when null);
+  //   dweight += doutᵀ·inp, dbias += Σ_rows dout (each skipped when null), inp = GELU(pre).
+  // The same as MatmulBackward(dpre, dweight, dbias, dout, nullptr, inp, weight, N, C, OC),
+  // GeluBackward(dpre, pre, N*C), BiasBackward(dpre_bias, dpre, N, C): the default.
+  virtual void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                  void* dbias, void* dout, const void* inp, const void* weight,
+                                  int N, int C, int OC);
+
   // Causal multi-head self-attention. qkv[B,T,3C] -> out[B,T,C]; stats: FP32 [B,NH,T]
   // (log-sum-exp of each query row's scaled scores) saved for the backward.
   virtual void AttentionForward(void* out, float* stats, const void* qkv, int B, int T,

@@ -205,6 +205,18 @@ void CpuBackend<S>::MatmulForward(void* out, void* pre_gelu, const void* inp, co
 }
 
 template <typename S>
+void CpuBackend<S>::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                       void* dbias, void* dout, const void* inp, const void* weight,
+                                       int N, int C, int OC) {
+  cpu::MatmulBackward(threads_, As<S>(dpre), As<S>(dweight), As<S>(dbias), As<S>(dout),
+                      static_cast<const S*>(nullptr), As<S>(inp), As<S>(weight), N, C, OC);
+  // The epilogue alone: dpre *= gelu'(pre), dpre_bias += Σ_rows dpre.
+  cpu::MatmulBackward(threads_, static_cast<S*>(nullptr), static_cast<S*>(nullptr),
+                      As<S>(dpre_bias), As<S>(dpre), As<S>(pre), static_cast<const S*>(nullptr),
+                      static_cast<const S*>(nullptr), N, 0, C);
+}
+
+template <typename S>
 void CpuBackend<S>::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                                    const void* pre_gelu, const void* inp, const void* weight, int N,
                                    int C, int OC) {

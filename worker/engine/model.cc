@@ -396,12 +396,21 @@ absl::Status Model::Backward() {
     // bit-identical (kMlp's GEMM epilogue output is overwritten).
     if (l != c.layers - 1) be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
-    LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
-                   G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
-                   P(TensorKind::kFc2Weight, l), N, F, C);
-    LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
-                   G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
-                   P(TensorKind::kFc1Weight, l), N, C, F);
+    if (fp8_ == nullptr) {
+      // fc2's backward with the GELU's backward and fc1's bias gradient fused into it.
+      be.MatmulBackwardGelu(act_.dfc, G(TensorKind::kFc1Bias, l), la.fc_pre,
+                            G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
+                            act_.dresidual, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
+      be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), nullptr, act_.dfc, nullptr,
+                        la.ln2, P(TensorKind::kFc1Weight, l), N, C, F);
+    } else {
+      LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
+                     G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
+                     P(TensorKind::kFc2Weight, l), N, F, C);
+      LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
+                     G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
+                     P(TensorKind::kFc1Weight, l), N, C, F);
+    }
     ln_grad(TensorKind::kLn2Weight, TensorKind::kLn2Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, la.residual2,
                          P(TensorKind::kLn2Weight, l), la.ln2_mean, la.ln2_rstd, N, C);
