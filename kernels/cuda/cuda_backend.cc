@@ -341,6 +341,19 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
   s.ldb = OC;
   s.ldd = C;
   s.accumulate = true;
+  if (dbias && fused_epilogues_) {
+    // BGRADB: Σ over k (= N rows) of op(B) = doutᵀ's columns, one value per n = OC.
+    s.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    bf16* g = BiasGradScratch(OC);
+    if (g == nullptr) return;
+    absl::StatusOr<bool> ran = matmul_->TryRun(s, inp, dy, dweight, g, nullptr, stream_);
+    if (!ran.ok()) return Fail(ran.status());
+    if (*ran) {
+      Check(Accumulate(static_cast<bf16*>(dbias), g, OC, stream_), "Accumulate");
+      return;
+    }
+    s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  }
   if (dbias) {
     Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
           "ColumnSumAccumulate");

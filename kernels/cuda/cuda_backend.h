@@ -57,8 +57,9 @@ class CudaBackend final : public Backend {
                      const void* bias, int N, int C, int OC, Epilogue epilogue) override;
   void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
                       const void* inp, const void* weight, int N, int C, int OC) override;
-  // One GEMM for dpre (cuBLASLt's DGELU_BGRAD epilogue, or DGELU without dpre_bias); the
-  // unfused kernels where cuBLASLt has no algorithm for the epilogue.
+  // One GEMM for dpre (cuBLASLt's DGELU_BGRAD epilogue, or DGELU without dpre_bias) and the
+  // weight gradient with dbias from its BGRADB epilogue; the unfused kernels where cuBLASLt has
+  // no algorithm for an epilogue.
   void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight, void* dbias,
                           void* dout, const void* inp, const void* weight, int N, int C,
                           int OC) override;
@@ -126,7 +127,8 @@ class CudaBackend final : public Backend {
   void Check(const absl::Status& s);
   void Fail(absl::Status s);
   // dweight += doutᵀ·inp (the weight gradient's GEMM) and dbias += Σ_rows dout when dbias is
-  // non-null (a column sum).
+  // non-null: from the GEMM's BGRADB epilogue into bgrad_, then added (the epilogue writes with
+  // '=', a parameter gradient accumulates over micro-batches), else by a column sum.
   void WeightGradient(void* dweight, void* dbias, const bf16* dy, const void* inp, int N, int C,
                       int OC);
   // bgrad_ with room for n BF16 values, or null after recording the failure.

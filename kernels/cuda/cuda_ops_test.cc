@@ -353,7 +353,8 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   ExpectClose(s, 1e-2, "residual");
 }
 
-// fc2's backward with dGELU and fc1's bias gradient fused (cuBLASLt's DGELU_BGRAD epilogue), and the unfused kernels it falls back to, against the CPU: every output
+// fc2's backward with dGELU and fc1's bias gradient fused (cuBLASLt's DGELU_BGRAD and BGRADB
+// epilogues), and the unfused kernels it falls back to, against the CPU: every output
 // accumulates (or is written) as the contract says, over two micro-batches; with and without
 // the bias gradients, and for a frozen weight.
 TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
@@ -391,6 +392,33 @@ TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
     }
   }
   // On a GPU with BF16 tensor cores cuBLASLt has these epilogues: the fused path really ran.
+  EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
+}
+
+// MatmulBackward's weight gradient with the bias gradient from its BGRADB epilogue: the bias
+// gradient accumulates over micro-batches (the epilogue itself writes with '='), fused or not.
+TEST_F(CudaOpsTest, BiasGradientFromTheWeightGradientAccumulates) {
+  const int N = 300, C = 128, OC = 384;  // N not a multiple of a GEMM tile
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "unfused");
+    gpu_->set_fused_epilogues(fused);
+    Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), OC * C),
+        dout(cpu_.get(), gpu_.get(), N * OC), dinp(cpu_.get(), gpu_.get(), N * C),
+        dw(cpu_.get(), gpu_.get(), OC * C), db(cpu_.get(), gpu_.get(), OC);
+    inp.Set(Random(N * C, rng_));
+    w.Set(Random(OC * C, rng_, 0.1f));
+    std::vector<float> zeros(OC * C, 0.f);
+    dw.Set(zeros);
+    db.Set(std::vector<float>(OC, 0.f));
+    for (int micro = 0; micro < 3; ++micro) {
+      dout.Set(Random(N * OC, rng_));
+      cpu_->MatmulBackward(dinp.c, dw.c, db.c, dout.c, nullptr, inp.c, w.c, N, C, OC);
+      gpu_->MatmulBackward(dinp.g, dw.g, db.g, dout.g, nullptr, inp.g, w.g, N, C, OC);
+      ExpectClose(dinp, 2e-2, "dinp");
+      ExpectClose(db, 2e-2, "dbias after a micro-batch");
+    }
+    ExpectClose(dw, 2e-2, "dweight");
+  }
   EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
 }
 
