@@ -28,6 +28,13 @@ const char* DTypeName(DType t) {
   return "unknown";
 }
 
+void Backend::ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                       const void* a, const void* b, const void* weight,
+                                       const void* bias, int N, int C) {
+  ResidualForward(residual, a, b, static_cast<size_t>(N) * C);
+  LayerNormForward(out, mean, rstd, residual, weight, bias, N, C);
+}
+
 void Backend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
                                  void* dbias, void* dout, const void* inp, const void* weight,
                                  int N, int C, int OC) {

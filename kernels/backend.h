@@ -97,6 +97,14 @@ class Backend {
   // mean, rstd: FP32 device buffers [N] saved for the backward.
   virtual void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                                 const void* weight, const void* bias, int N, int C) = 0;
+  // The residual add and the LayerNorm after it: residual[N,C] = a + b (as ResidualForward;
+  // residual may alias a or b), then out = LayerNorm(residual) as LayerNormForward. The
+  // default runs those two; cuda fuses them into one pass with the same results. (The
+  // backward needs no counterpart: LayerNormBackward already adds into the residual stream's
+  // gradient.)
+  virtual void ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                        const void* a, const void* b, const void* weight,
+                                        const void* bias, int N, int C);
   // dinp += (accumulates into the residual stream's gradient); dweight, dbias +=.
   virtual void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                                  const void* inp, const void* weight, const float* mean,

@@ -208,6 +208,20 @@ void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd, const vo
         "LayerNormForward");
 }
 
+void CudaBackend::ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                           const void* a, const void* b, const void* weight,
+                                           const void* bias, int N, int C) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "ResidualLayerNormForward");
+  BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
+  Check(cuda::ResidualLayerNormForward(static_cast<bf16*>(residual), static_cast<bf16*>(out), mean,
+                                       rstd, static_cast<const bf16*>(a),
+                                       static_cast<const bf16*>(b),
+                                       static_cast<const bf16*>(weight),
+                                       static_cast<const bf16*>(bias), N, C, stream_),
+        "ResidualLayerNormForward");
+}
+
 void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                                     const void* inp, const void* weight, const float* mean,
                                     const float* rstd, int N, int C) {

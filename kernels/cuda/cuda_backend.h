@@ -50,6 +50,9 @@ class CudaBackend final : public Backend {
                        int T, int C) override;
   void LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                         const void* bias, int N, int C) override;
+  void ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                const void* b, const void* weight, const void* bias, int N,
+                                int C) override;
   void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, const float* mean,
                          const float* rstd, int N, int C) override;

@@ -458,5 +458,44 @@ TEST_F(CudaOpsTest, FusedBackwardIsBitReproducibleWhenDeterministic) {
   EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4));
 }
 
+// The residual add fused with the LayerNorm after it: against the CPU, and bit-identical to
+// the unfused pair on the GPU (also in place, residual aliasing a).
+TEST_F(CudaOpsTest, ResidualLayerNormMatchesTheUnfusedPair) {
+  const int N = 301, C = 768;
+  Pair a(cpu_.get(), gpu_.get(), N * C), b(cpu_.get(), gpu_.get(), N * C),
+      w(cpu_.get(), gpu_.get(), C), bias(cpu_.get(), gpu_.get(), C),
+      res(cpu_.get(), gpu_.get(), N * C), out(cpu_.get(), gpu_.get(), N * C),
+      mean(cpu_.get(), gpu_.get(), N, DType::kF32), rstd(cpu_.get(), gpu_.get(), N, DType::kF32);
+  const std::vector<float> av = Random(N * C, rng_, 2.f);
+  a.Set(av);
+  b.Set(Random(N * C, rng_));
+  w.Set(Random(C, rng_));
+  bias.Set(Random(C, rng_));
+  cpu_->ResidualLayerNormForward(res.c, out.c, mean.cf(), rstd.cf(), a.c, b.c, w.c, bias.c, N, C);
+  gpu_->ResidualLayerNormForward(res.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N, C);
+  ExpectClose(res, 1e-2, "residual");
+  ExpectClose(out, 1e-2, "layernorm out");
+  ExpectClose(mean, 1e-2, "mean");
+  ExpectClose(rstd, 1e-2, "rstd");
+  const std::vector<float> fused_res = res.Gpu(), fused_out = out.Gpu(), fused_mean = mean.Gpu(),
+                           fused_rstd = rstd.Gpu();
+  // Unfused on the GPU: the same bits.
+  res.Poison();
+  out.Poison();
+  gpu_->ResidualForward(res.g, a.g, b.g, size_t(N) * C);
+  gpu_->LayerNormForward(out.g, mean.gf(), rstd.gf(), res.g, w.g, bias.g, N, C);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_EQ(res.Gpu(), fused_res);
+  EXPECT_EQ(out.Gpu(), fused_out);
+  EXPECT_EQ(mean.Gpu(), fused_mean);
+  EXPECT_EQ(rstd.Gpu(), fused_rstd);
+  // In place: the residual overwrites a.
+  out.Poison();
+  gpu_->ResidualLayerNormForward(a.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N, C);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_EQ(a.Gpu(), fused_res);
+  EXPECT_EQ(out.Gpu(), fused_out);
+}
+
 }  // namespace
 }  // namespace boulder::kernels::cuda

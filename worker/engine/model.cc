@@ -278,28 +278,39 @@ void Model::ForwardImpl(int B, int T) {
   kernels::Backend& be = *backend_;
   be.EncoderForward(act_.encoded, act_.tokens, P(TensorKind::kWte), P(TensorKind::kWpe), B, T, C);
   const void* residual = act_.encoded;
+  // Each residual add runs fused with the LayerNorm after it (the next layer's ln_1, or ln_f
+  // after the last layer); only layer 0's ln_1 stands alone.
+  // (Create() requires at least one layer.)
+  LayerActs& first = act_.layers[0];
+  be.LayerNormForward(first.ln1, first.ln1_mean, first.ln1_rstd, residual,
+                      P(TensorKind::kLn1Weight, 0), P(TensorKind::kLn1Bias, 0), N, C);
   for (int l = 0; l < c.layers; ++l) {
     LayerActs& la = act_.layers[l];
-    be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
-                        P(TensorKind::kLn1Bias, l), N, C);
     Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
            P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
     Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
            P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
            Epilogue::kNone);
-    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
-    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
-                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
+                                act_.scratch, P(TensorKind::kLn2Weight, l),
+                                P(TensorKind::kLn2Bias, l), N, C);
     Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
            P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
     Linear(l, Fp8Linear::kFc2, act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
            P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
-    be.ResidualForward(la.residual3, la.residual2, act_.scratch, static_cast<size_t>(N) * C);
+    if (l + 1 < c.layers) {
+      LayerActs& next = act_.layers[l + 1];
+      be.ResidualLayerNormForward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
+                                  la.residual2, act_.scratch, P(TensorKind::kLn1Weight, l + 1),
+                                  P(TensorKind::kLn1Bias, l + 1), N, C);
+    } else {
+      be.ResidualLayerNormForward(la.residual3, act_.lnf, act_.lnf_mean, act_.lnf_rstd,
+                                  la.residual2, act_.scratch, P(TensorKind::kLnfWeight),
+                                  P(TensorKind::kLnfBias), N, C);
+    }
     residual = la.residual3;
   }
-  be.LayerNormForward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, residual, P(TensorKind::kLnfWeight),
-                      P(TensorKind::kLnfBias), N, C);
   be.MatmulForward(act_.logits, nullptr, act_.lnf, HeadWeight(params_), nullptr, N, C,
                    c.padded_vocab_size, Epilogue::kNone);
   last_B_ = B;
@@ -449,9 +460,9 @@ void Model::RecomputeLayer(int l) {
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
     be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
                      P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
-    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
-    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
-                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
+                                act_.scratch, P(TensorKind::kLn2Weight, l),
+                                P(TensorKind::kLn2Bias, l), N, C);
   }
   be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
                    P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
