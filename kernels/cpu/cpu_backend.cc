@@ -304,7 +304,11 @@ template <typename S>
 void CpuBackend<S>::GeluForward(void* out, const void* inp, size_t n) {
   S* o = As<S>(out);
   const S* x = As<S>(inp);
-  for (size_t i = 0; i < n; ++i) o[i] = Gelu(x[i]);
+  // Element-wise, so the same results on any number of threads (the model's backward
+  // recomputes every layer's GELU output with it).
+  const int64_t m = static_cast<int64_t>(n);
+#pragma omp parallel for num_threads(threads_) schedule(static) if (m >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < m; ++i) o[i] = Gelu(x[i]);
 }
 
 template <typename S>
