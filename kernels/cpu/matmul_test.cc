@@ -152,8 +152,8 @@ TEST(MatmulTest, BackwardGeluEqualsTheUnfusedSequence) {
   auto be = NewCpuBackend(2);
   const int N = 37, F = 24, C = 16;  // fc2: [N, F] -> [N, C]
   const auto pre = RandomVector(N * F, 1, -3, 3), inp = RandomVector(N * F, 2),
-             w = RandomVector(C * F, 3), dout = RandomVector(N * C, 4),
-             dpb0 = RandomVector(F, 5), dw0 = RandomVector(C * F, 6), db0 = RandomVector(C, 7);
+             w = RandomVector(C * F, 3), dout = RandomVector(N * C, 4), dpb0 = RandomVector(F, 5),
+             dw0 = RandomVector(C * F, 6), db0 = RandomVector(C, 7);
   for (bool with_grads : {true, false}) {
     SCOPED_TRACE(with_grads);
     Buf<float> p(be.get(), pre), x(be.get(), inp), wt(be.get(), w), dy(be.get(), dout);
@@ -167,8 +167,8 @@ TEST(MatmulTest, BackwardGeluEqualsTheUnfusedSequence) {
       void* g_w = with_grads ? dw[i].get() : nullptr;
       void* g_b = with_grads ? db[i].get() : nullptr;
       if (i == 0) {
-        be->MatmulBackwardGelu(dp[i].get(), g_pb, p.get(), g_w, g_b, dy.get(), x.get(), wt.get(),
-                               N, F, C);
+        be->MatmulBackwardGelu(dp[i].get(), g_pb, p.get(), g_w, g_b, dy.get(), x.get(), wt.get(), N,
+                               F, C);
       } else {
         be->Backend::MatmulBackwardGelu(dp[i].get(), g_pb, p.get(), g_w, g_b, dy.get(), x.get(),
                                         wt.get(), N, F, C);

@@ -446,8 +446,9 @@ TEST_F(CudaOpsTest, FusedBackwardIsBitReproducibleWhenDeterministic) {
       b->MatmulBackwardGelu(dp, dpb, p, dw, db, dy, x, wt, N, F, C);
     }
     ASSERT_TRUE(b->Synchronize().ok()) << b->Synchronize();
-    for (auto [ptr, n] : {std::pair<void*, size_t>{dp, size_t(N) * F}, {dpb, size_t(F)},
-                          {dw, size_t(C) * F}, {db, size_t(C)}}) {
+    const std::pair<void*, size_t> outputs[] = {
+        {dp, size_t(N) * F}, {dpb, size_t(F)}, {dw, size_t(C) * F}, {db, size_t(C)}};
+    for (auto [ptr, n] : outputs) {
       std::vector<float> h(n);
       b->CopyToHostF32(h.data(), ptr, DType::kBF16, n);
       results[run].insert(results[run].end(), h.begin(), h.end());

@@ -412,8 +412,8 @@ absl::Status Model::Backward() {
       be.MatmulBackwardGelu(act_.dfc, G(TensorKind::kFc1Bias, l), la.fc_pre,
                             G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
                             act_.dresidual, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
-      be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), nullptr, act_.dfc, nullptr,
-                        la.ln2, P(TensorKind::kFc1Weight, l), N, C, F);
+      be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), nullptr, act_.dfc, nullptr, la.ln2,
+                        P(TensorKind::kFc1Weight, l), N, C, F);
     } else {
       LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
                      G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
