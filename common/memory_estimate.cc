@@ -1,6 +1,7 @@
 #include "common/memory_estimate.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,11 +62,21 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
       int64_t{resolved.training().batch_size()} * resolved.training().seq_len(), m.context());
   const int64_t f = 4;  // float statistics
   int64_t a = 2 * AlignUp(R * 4) + AlignUp(R * C * elem);
-  const int64_t layer = AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * 3 * C * elem) +
+  // A layer's inner activations (ln1 .. ln2 and their statistics), its fc1 output (the
+  // pre-activation) and its output; GELU's output is one buffer shared by all layers.
+  const int64_t inner = AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * 3 * C * elem) +
                         AlignUp(R * C * elem) + AlignUp(R * NH * f) + AlignUp(R * C * elem) +
-                        AlignUp(R * C * elem) + 2 * AlignUp(R * f) + 2 * AlignUp(R * F * elem) +
-                        AlignUp(R * C * elem);
-  a += L * layer;
+                        AlignUp(R * C * elem) + 2 * AlignUp(R * f);
+  const int64_t ffn = AlignUp(R * F * elem), out = AlignUp(R * C * elem);
+  const std::string& recompute = resolved.training().activation_checkpointing();
+  if (recompute == "full") {  // inner and fc1 output shared
+    a += inner + ffn + L * out;
+  } else if (recompute == "mlp") {  // fc1 output shared
+    a += ffn + L * (inner + out);
+  } else {
+    a += L * (inner + ffn + out);
+  }
+  a += ffn;  // GELU's output
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
   a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
   a += AlignUp(2 * C * elem);  // a frozen LayerNorm's discarded weight and bias gradients

@@ -5,7 +5,8 @@
 // worker/engine/memory_estimate_test.cc): parameters and gradients in the compute dtype,
 // AdamW moments (and FP32 master weights when the compute dtype is narrower) in FP32, a
 // one-byte weight-decay mask, and one activation arena for max(batch*seq_len, context) token
-// rows (every sub-buffer 64-byte aligned). On cuda it adds kCudaRuntimeReserveBytes for the
+// rows (every sub-buffer 64-byte aligned) laid out as training.activation_checkpointing
+// ("none", "mlp", "full"; empty reads as none) says. On cuda it adds kCudaRuntimeReserveBytes for the
 // CUDA context and cuBLASLt workspace, which the trainer does not allocate through the model.
 //
 // Thread-safe: plain functions over values.

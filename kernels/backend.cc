@@ -37,6 +37,21 @@ const char* DTypeName(DType t) {
   return "unknown";
 }
 
+void Backend::ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                       const void* a, const void* b, const void* weight,
+                                       const void* bias, int N, int C) {
+  ResidualForward(residual, a, b, static_cast<size_t>(N) * C);
+  LayerNormForward(out, mean, rstd, residual, weight, bias, N, C);
+}
+
+void Backend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                 void* dbias, void* dout, const void* inp, const void* weight,
+                                 int N, int C, int OC) {
+  MatmulBackward(dpre, dweight, dbias, dout, nullptr, inp, weight, N, C, OC);
+  GeluBackward(dpre, pre, static_cast<size_t>(N) * C);
+  if (dpre_bias != nullptr) BiasBackward(dpre_bias, dpre, N, C);
+}
+
 const char* Fp8FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
 
 float Fp8Max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kFp8E4M3Max : kFp8E5M2Max; }

@@ -97,6 +97,14 @@ class Backend {
   // mean, rstd: FP32 device buffers [N] saved for the backward.
   virtual void LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                                 const void* weight, const void* bias, int N, int C) = 0;
+  // The residual add and the LayerNorm after it: residual[N,C] = a + b (as ResidualForward;
+  // residual may alias a or b), then out = LayerNorm(residual) as LayerNormForward. The
+  // default runs those two; cuda fuses them into one pass with the same results. (The
+  // backward needs no counterpart: LayerNormBackward already adds into the residual stream's
+  // gradient.)
+  virtual void ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                        const void* a, const void* b, const void* weight,
+                                        const void* bias, int N, int C);
   // dinp += (accumulates into the residual stream's gradient); dweight, dbias +=.
   virtual void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                                  const void* inp, const void* weight, const float* mean,
@@ -114,6 +122,18 @@ class Backend {
   virtual void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                               const void* pre_gelu, const void* inp, const void* weight,
                               int N, int C, int OC) = 0;
+
+  // The backward of a Linear whose input is GELU(pre) (the MLP's fc2), with that GELU's
+  // backward and the previous Linear's bias gradient fused in (cuda: one GEMM, cuBLASLt's
+  // DGELU_BGRAD epilogue). Given dout[N,OC] and pre[N,C]:
+  //   dpre = (dout·weight) ⊙ gelu_tanh'(pre)   (=; the gradient w.r.t. pre, [N,C]);
+  //   dpre_bias += Σ_rows dpre                 (skipped when null);
+  //   dweight += doutᵀ·inp, dbias += Σ_rows dout (each skipped when null), inp = GELU(pre).
+  // The same as MatmulBackward(dpre, dweight, dbias, dout, nullptr, inp, weight, N, C, OC),
+  // GeluBackward(dpre, pre, N*C), BiasBackward(dpre_bias, dpre, N, C): the default.
+  virtual void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                  void* dbias, void* dout, const void* inp, const void* weight,
+                                  int N, int C, int OC);
 
   // Causal multi-head self-attention. qkv[B,T,3C] -> out[B,T,C]; stats: FP32 [B,NH,T]
   // (log-sum-exp of each query row's scaled scores) saved for the backward.

@@ -205,6 +205,18 @@ void CpuBackend<S>::MatmulForward(void* out, void* pre_gelu, const void* inp, co
 }
 
 template <typename S>
+void CpuBackend<S>::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                       void* dbias, void* dout, const void* inp, const void* weight,
+                                       int N, int C, int OC) {
+  cpu::MatmulBackward(threads_, As<S>(dpre), As<S>(dweight), As<S>(dbias), As<S>(dout),
+                      static_cast<const S*>(nullptr), As<S>(inp), As<S>(weight), N, C, OC);
+  // The epilogue alone: dpre *= gelu'(pre), dpre_bias += Σ_rows dpre.
+  cpu::MatmulBackward(threads_, static_cast<S*>(nullptr), static_cast<S*>(nullptr),
+                      As<S>(dpre_bias), As<S>(dpre), As<S>(pre), static_cast<const S*>(nullptr),
+                      static_cast<const S*>(nullptr), N, 0, C);
+}
+
+template <typename S>
 void CpuBackend<S>::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                                    const void* pre_gelu, const void* inp, const void* weight, int N,
                                    int C, int OC) {
@@ -292,7 +304,11 @@ template <typename S>
 void CpuBackend<S>::GeluForward(void* out, const void* inp, size_t n) {
   S* o = As<S>(out);
   const S* x = As<S>(inp);
-  for (size_t i = 0; i < n; ++i) o[i] = Gelu(x[i]);
+  // Element-wise, so the same results on any number of threads (the model's backward
+  // recomputes every layer's GELU output with it).
+  const int64_t m = static_cast<int64_t>(n);
+#pragma omp parallel for num_threads(threads_) schedule(static) if (m >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < m; ++i) o[i] = Gelu(x[i]);
 }
 
 template <typename S>

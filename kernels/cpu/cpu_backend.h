@@ -64,6 +64,11 @@ class CpuBackend final : public Backend {
                      const void* bias, int N, int C, int OC, Epilogue epilogue) override;
   void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
                       const void* inp, const void* weight, int N, int C, int OC) override;
+  // fc2's backward, then dGELU and the bias gradient in one pass (the order MatmulBackward with
+  // pre_gelu uses, so results equal the unfused sequence's bit for bit).
+  void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight, void* dbias,
+                          void* dout, const void* inp, const void* weight, int N, int C,
+                          int OC) override;
   void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                         int NH) override;
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,

@@ -145,6 +145,46 @@ TEST(MatmulTest, BackwardSkipsNullDinpAndDbias) {
   ExpectAllClose(r, dout.get(), 0, "dout (no GELU: unchanged)");
 }
 
+// The cpu override of MatmulBackwardGelu against Backend's default (the unfused sequence):
+// the same dGELU'd data gradient and weight gradient bit for bit, the bias gradients summed in
+// another order; null gradients are skipped.
+TEST(MatmulTest, BackwardGeluEqualsTheUnfusedSequence) {
+  auto be = NewCpuBackend(2);
+  const int N = 37, F = 24, C = 16;  // fc2: [N, F] -> [N, C]
+  const auto pre = RandomVector(N * F, 1, -3, 3), inp = RandomVector(N * F, 2),
+             w = RandomVector(C * F, 3), dout = RandomVector(N * C, 4), dpb0 = RandomVector(F, 5),
+             dw0 = RandomVector(C * F, 6), db0 = RandomVector(C, 7);
+  for (bool with_grads : {true, false}) {
+    SCOPED_TRACE(with_grads);
+    Buf<float> p(be.get(), pre), x(be.get(), inp), wt(be.get(), w), dy(be.get(), dout);
+    Buf<float> dp[2] = {Buf<float>(be.get(), N * F), Buf<float>(be.get(), N * F)};
+    Buf<float> dpb[2] = {Buf<float>(be.get(), dpb0), Buf<float>(be.get(), dpb0)};
+    Buf<float> dw[2] = {Buf<float>(be.get(), dw0), Buf<float>(be.get(), dw0)};
+    Buf<float> db[2] = {Buf<float>(be.get(), db0), Buf<float>(be.get(), db0)};
+    for (int i = 0; i < 2; ++i) {
+      dp[i].Poison();
+      void* g_pb = with_grads ? dpb[i].get() : nullptr;
+      void* g_w = with_grads ? dw[i].get() : nullptr;
+      void* g_b = with_grads ? db[i].get() : nullptr;
+      if (i == 0) {
+        be->MatmulBackwardGelu(dp[i].get(), g_pb, p.get(), g_w, g_b, dy.get(), x.get(), wt.get(), N,
+                               F, C);
+      } else {
+        be->Backend::MatmulBackwardGelu(dp[i].get(), g_pb, p.get(), g_w, g_b, dy.get(), x.get(),
+                                        wt.get(), N, F, C);
+      }
+    }
+    EXPECT_EQ(dp[0].ToVector(), dp[1].ToVector());
+    EXPECT_EQ(dw[0].ToVector(), dw[1].ToVector());
+    ExpectAllClose(dpb[1].ToVector(), dpb[0].get(), 1e-5, "dpre_bias");
+    ExpectAllClose(db[1].ToVector(), db[0].get(), 1e-5, "dbias");
+    if (!with_grads) {
+      EXPECT_EQ(dpb[0].ToVector(), Buf<float>(be.get(), dpb0).ToVector());
+      EXPECT_EQ(dw[0].ToVector(), Buf<float>(be.get(), dw0).ToVector());
+    }
+  }
+}
+
 TEST(MatmulTest, FloatForwardAgreesWithDouble) {
   const int N = 40, C = 64, OC = 96;
   const auto x = RandomVector(N * C, 31, -2, 2), w = RandomVector(OC * C, 32, -0.2, 0.2);

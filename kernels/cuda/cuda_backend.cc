@@ -208,6 +208,20 @@ void CudaBackend::LayerNormForward(void* out, float* mean, float* rstd, const vo
         "LayerNormForward");
 }
 
+void CudaBackend::ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd,
+                                           const void* a, const void* b, const void* weight,
+                                           const void* bias, int N, int C) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "ResidualLayerNormForward");
+  BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
+  Check(cuda::ResidualLayerNormForward(static_cast<bf16*>(residual), static_cast<bf16*>(out), mean,
+                                       rstd, static_cast<const bf16*>(a),
+                                       static_cast<const bf16*>(b),
+                                       static_cast<const bf16*>(weight),
+                                       static_cast<const bf16*>(bias), N, C, stream_),
+        "ResidualLayerNormForward");
+}
+
 void CudaBackend::LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                                     const void* inp, const void* weight, const float* mean,
                                     const float* rstd, int N, int C) {
@@ -258,10 +272,6 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
           "GeluBackwardInPlace");
   }
-  if (dbias) {
-    Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
-          "ColumnSumAccumulate");
-  }
   if (dinp) {
     GemmShape s;  // dinp[N,C] = dout[N,OC] · W[OC,C]
     s.m = C;
@@ -272,7 +282,70 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     s.ldd = C;
     Check(matmul_->Run(s, weight, dy, dinp, nullptr, nullptr, stream_));
   }
-  if (dweight == nullptr) return;  // a frozen weight
+  WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+}
+
+void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
+                                     void* dbias, void* dout, const void* inp, const void* weight,
+                                     int N, int C, int OC) {
+  if (!Ok()) return;
+  ProfileScope profile(this, profiling_
+                                 ? absl::StrCat("MatmulBackwardGelu ", N, "x", C, "->", OC)
+                                 : std::string());
+  BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("GELU width ", C, " is not a multiple of 8"));
+  const bf16* dy = static_cast<const bf16*>(dout);
+  GemmShape s;  // dpre[N,C] = (dout[N,OC] · W[OC,C]) ⊙ gelu'(pre)
+  s.m = C;
+  s.n = N;
+  s.k = OC;
+  s.lda = C;
+  s.ldb = OC;
+  s.ldd = C;
+  bool fused = false;
+  if (fused_epilogues_) {
+    // aux = pre, [N,C] row-major = C×N column-major with ld C (= m, a multiple of 8); the bias
+    // gradient (length m = C) sums the dGELU output over the n = N rows.
+    s.epilogue = dpre_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    bf16* g = dpre_bias ? BiasGradScratch(C) : nullptr;
+    if (dpre_bias && g == nullptr) return;
+    absl::StatusOr<bool> ran =
+        matmul_->TryRun(s, weight, dy, dpre, g, const_cast<void*>(pre), stream_);
+    if (!ran.ok()) return Fail(ran.status());
+    fused = *ran;
+    if (fused && g) {
+      Check(Accumulate(static_cast<bf16*>(dpre_bias), g, C, stream_), "Accumulate");
+    }
+  }
+  if (!fused) {
+    s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    Check(matmul_->Run(s, weight, dy, dpre, nullptr, nullptr, stream_));
+    bf16* dp = static_cast<bf16*>(dpre);
+    Check(GeluBackwardInPlace(dp, static_cast<const bf16*>(pre), size_t(N) * C, stream_),
+          "GeluBackwardInPlace");
+    if (dpre_bias) {
+      Check(ColumnSumAccumulate(static_cast<bf16*>(dpre_bias), dp, N, C, scratch_, stream_),
+            "ColumnSumAccumulate");
+    }
+  }
+  WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+}
+
+bf16* CudaBackend::BiasGradScratch(size_t n) {
+  void* p = bgrad_.Get(n * sizeof(bf16));
+  if (p == nullptr) Check(bgrad_.last_error(), "allocating the bias-gradient scratch");
+  return static_cast<bf16*>(p);
+}
+
+void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, const void* inp,
+                                 int N, int C, int OC) {
+  if (!Ok()) return;
+  if (dweight == nullptr) {  // a frozen weight: at most the bias gradient
+    if (dbias) {
+      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+            "ColumnSumAccumulate");
+    }
+    return;
+  }
   GemmShape s;  // dW[OC,C] += dout[N,OC]ᵀ · inp[N,C]
   s.trans_b = true;
   s.m = C;
@@ -282,6 +355,23 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
   s.ldb = OC;
   s.ldd = C;
   s.accumulate = true;
+  if (dbias && fused_epilogues_) {
+    // BGRADB: Σ over k (= N rows) of op(B) = doutᵀ's columns, one value per n = OC.
+    s.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    bf16* g = BiasGradScratch(OC);
+    if (g == nullptr) return;
+    absl::StatusOr<bool> ran = matmul_->TryRun(s, inp, dy, dweight, g, nullptr, stream_);
+    if (!ran.ok()) return Fail(ran.status());
+    if (*ran) {
+      Check(Accumulate(static_cast<bf16*>(dbias), g, OC, stream_), "Accumulate");
+      return;
+    }
+    s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  }
+  if (dbias) {
+    Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+          "ColumnSumAccumulate");
+  }
   Check(matmul_->Run(s, inp, dy, dweight, nullptr, nullptr, stream_));
 }
 
@@ -437,6 +527,10 @@ std::string CudaBackend::ProfileReport() {
   out += absl::StrFormat("%-34s %10.2f\n", "all ops", total);
   out += absl::StrFormat("GEMM shapes: %d, %d of them autotuned away from the heuristic's pick\n",
                          static_cast<int>(matmul_->cached_plans()), matmul_->retuned_plans());
+  if (matmul_->unsupported() > 0) {
+    out += absl::StrFormat("fused-epilogue GEMMs run unfused (no cuBLASLt algorithm): %d\n",
+                           matmul_->unsupported());
+  }
   return out;
 }
 

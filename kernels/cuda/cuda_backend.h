@@ -50,6 +50,9 @@ class CudaBackend final : public Backend {
                        int T, int C) override;
   void LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                         const void* bias, int N, int C) override;
+  void ResidualLayerNormForward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                const void* b, const void* weight, const void* bias, int N,
+                                int C) override;
   void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout,
                          const void* inp, const void* weight, const float* mean,
                          const float* rstd, int N, int C) override;
@@ -57,6 +60,12 @@ class CudaBackend final : public Backend {
                      const void* bias, int N, int C, int OC, Epilogue epilogue) override;
   void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
                       const void* inp, const void* weight, int N, int C, int OC) override;
+  // One GEMM for dpre (cuBLASLt's DGELU_BGRAD epilogue, or DGELU without dpre_bias) and the
+  // weight gradient with dbias from its BGRADB epilogue; the unfused kernels where cuBLASLt has
+  // no algorithm for an epilogue.
+  void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight, void* dbias,
+                          void* dout, const void* inp, const void* weight, int N, int C,
+                          int OC) override;
   void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                         int NH) override;
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
@@ -75,6 +84,11 @@ class CudaBackend final : public Backend {
     matmul_->set_autotune(!on);
   }
   bool deterministic() const { return deterministic_; }
+  // The backward's fused GEMM epilogues (dGELU, bias gradients), on by default; off runs the
+  // separate dGELU and column-sum kernels instead (tests compare the two). Applies to later ops.
+  void set_fused_epilogues(bool on) { fused_epilogues_ = on; }
+  // Fused-epilogue GEMMs cuBLASLt had no algorithm for (each ran unfused instead).
+  int unfused_fallbacks() const { return matmul_->unsupported(); }
   // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
   absl::Status Fp8Supported() const override;
   void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
@@ -118,6 +132,13 @@ class CudaBackend final : public Backend {
   void Check(cudaError_t err, const char* what);
   void Check(const absl::Status& s);
   void Fail(absl::Status s);
+  // dweight += doutᵀ·inp (the weight gradient's GEMM) and dbias += Σ_rows dout when dbias is
+  // non-null: from the GEMM's BGRADB epilogue into bgrad_, then added (the epilogue writes with
+  // '=', a parameter gradient accumulates over micro-batches), else by a column sum.
+  void WeightGradient(void* dweight, void* dbias, const bf16* dy, const void* inp, int N, int C,
+                      int OC);
+  // bgrad_ with room for n BF16 values, or null after recording the failure.
+  bf16* BiasGradScratch(size_t n);
 
   int device_ = 0;
   int cc_major_ = 0, cc_minor_ = 0;  // compute capability
@@ -125,6 +146,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<LtMatmul> matmul_;
   Scratch scratch_;
+  Scratch bgrad_;  // a GEMM epilogue's bias gradient on its way into the parameter's
+  bool fused_epilogues_ = true;
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;

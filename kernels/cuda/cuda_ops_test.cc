@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -350,6 +351,151 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   cpu_->ResidualForward(s.c, x.c, y.c, 1001);
   gpu_->ResidualForward(s.g, x.g, y.g, 1001);
   ExpectClose(s, 1e-2, "residual");
+}
+
+// fc2's backward with dGELU and fc1's bias gradient fused (cuBLASLt's DGELU_BGRAD and BGRADB
+// epilogues), and the unfused kernels it falls back to, against the CPU: every output
+// accumulates (or is written) as the contract says, over two micro-batches; with and without
+// the bias gradients, and for a frozen weight.
+TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
+  const int N = 256, F = 512, C = 128;  // fc2: [N, F] -> [N, C]
+  for (bool fused : {true, false}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: every gradient; 1: no bias gradients; 2: frozen weights (no dweight, no dbias).
+      SCOPED_TRACE(testing::Message() << (fused ? "fused" : "unfused") << " variant " << variant);
+      gpu_->set_fused_epilogues(fused);
+      const bool biases = variant == 0, weights = variant != 2;
+      Pair pre(cpu_.get(), gpu_.get(), N * F), inp(cpu_.get(), gpu_.get(), N * F),
+          w(cpu_.get(), gpu_.get(), C * F), dout(cpu_.get(), gpu_.get(), N * C),
+          dpre(cpu_.get(), gpu_.get(), N * F), dpre_bias(cpu_.get(), gpu_.get(), F),
+          dw(cpu_.get(), gpu_.get(), C * F), db(cpu_.get(), gpu_.get(), C);
+      pre.Set(Random(N * F, rng_, 2.f));
+      inp.Set(Random(N * F, rng_));
+      w.Set(Random(C * F, rng_, 0.1f));
+      dpre_bias.Set(Random(F, rng_));
+      dw.Set(Random(C * F, rng_));
+      db.Set(Random(C, rng_));
+      for (int micro = 0; micro < 2; ++micro) {
+        dout.Set(Random(N * C, rng_));
+        dpre.Poison();
+        cpu_->MatmulBackwardGelu(dpre.c, biases ? dpre_bias.c : nullptr, pre.c,
+                                 weights ? dw.c : nullptr, biases ? db.c : nullptr, dout.c, inp.c,
+                                 w.c, N, F, C);
+        gpu_->MatmulBackwardGelu(dpre.g, biases ? dpre_bias.g : nullptr, pre.g,
+                                 weights ? dw.g : nullptr, biases ? db.g : nullptr, dout.g, inp.g,
+                                 w.g, N, F, C);
+        ExpectClose(dpre, 2e-2, "dpre");
+      }
+      ExpectClose(dpre_bias, 2e-2, "dpre_bias (fc1's bias gradient)");
+      ExpectClose(dw, 2e-2, "dweight");
+      ExpectClose(db, 2e-2, "dbias");
+    }
+  }
+  // On a GPU with BF16 tensor cores cuBLASLt has these epilogues: the fused path really ran.
+  EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
+}
+
+// MatmulBackward's weight gradient with the bias gradient from its BGRADB epilogue: the bias
+// gradient accumulates over micro-batches (the epilogue itself writes with '='), fused or not.
+TEST_F(CudaOpsTest, BiasGradientFromTheWeightGradientAccumulates) {
+  const int N = 300, C = 128, OC = 384;  // N not a multiple of a GEMM tile
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "unfused");
+    gpu_->set_fused_epilogues(fused);
+    Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), OC * C),
+        dout(cpu_.get(), gpu_.get(), N * OC), dinp(cpu_.get(), gpu_.get(), N * C),
+        dw(cpu_.get(), gpu_.get(), OC * C), db(cpu_.get(), gpu_.get(), OC);
+    inp.Set(Random(N * C, rng_));
+    w.Set(Random(OC * C, rng_, 0.1f));
+    std::vector<float> zeros(OC * C, 0.f);
+    dw.Set(zeros);
+    db.Set(std::vector<float>(OC, 0.f));
+    for (int micro = 0; micro < 3; ++micro) {
+      dout.Set(Random(N * OC, rng_));
+      cpu_->MatmulBackward(dinp.c, dw.c, db.c, dout.c, nullptr, inp.c, w.c, N, C, OC);
+      gpu_->MatmulBackward(dinp.g, dw.g, db.g, dout.g, nullptr, inp.g, w.g, N, C, OC);
+      ExpectClose(dinp, 2e-2, "dinp");
+      ExpectClose(db, 2e-2, "dbias after a micro-batch");
+    }
+    ExpectClose(dw, 2e-2, "dweight");
+  }
+  EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
+}
+
+// In deterministic mode the fused backward gives bit-identical results from run to run.
+TEST_F(CudaOpsTest, FusedBackwardIsBitReproducibleWhenDeterministic) {
+  auto other = CudaBackend::Create(0);
+  ASSERT_TRUE(other.ok());
+  const int N = 512, F = 512, C = 128;
+  const std::vector<float> pre = Random(N * F, rng_, 2.f), inp = Random(N * F, rng_),
+                           w = Random(C * F, rng_, 0.1f), dout = Random(N * C, rng_);
+  std::vector<float> results[2];
+  CudaBackend* backends[2] = {gpu_.get(), other->get()};
+  for (int run = 0; run < 2; ++run) {
+    CudaBackend* b = backends[run];
+    b->SetDeterministic(true);
+    auto up = [&](const std::vector<float>& v) {
+      void* p = *b->Alloc(v.size() * 2);
+      b->CopyFromHostF32(p, DType::kBF16, v.data(), v.size());
+      return p;
+    };
+    const std::vector<float> zf(F, 0.f), zw(C * F, 0.f), zc(C, 0.f), zp(N * F, 0.f);
+    void *p = up(pre), *x = up(inp), *wt = up(w), *dy = up(dout), *dp = up(zp), *dpb = up(zf),
+         *dw = up(zw), *db = up(zc);
+    for (int micro = 0; micro < 2; ++micro) {
+      b->MatmulBackwardGelu(dp, dpb, p, dw, db, dy, x, wt, N, F, C);
+    }
+    ASSERT_TRUE(b->Synchronize().ok()) << b->Synchronize();
+    const std::pair<void*, size_t> outputs[] = {
+        {dp, size_t(N) * F}, {dpb, size_t(F)}, {dw, size_t(C) * F}, {db, size_t(C)}};
+    for (auto [ptr, n] : outputs) {
+      std::vector<float> h(n);
+      b->CopyToHostF32(h.data(), ptr, DType::kBF16, n);
+      results[run].insert(results[run].end(), h.begin(), h.end());
+    }
+    for (void* q : {p, x, wt, dy, dp, dpb, dw, db}) b->Free(q);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  EXPECT_EQ(0, std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4));
+}
+
+// The residual add fused with the LayerNorm after it: against the CPU, and bit-identical to
+// the unfused pair on the GPU (also in place, residual aliasing a).
+TEST_F(CudaOpsTest, ResidualLayerNormMatchesTheUnfusedPair) {
+  const int N = 301, C = 768;
+  Pair a(cpu_.get(), gpu_.get(), N * C), b(cpu_.get(), gpu_.get(), N * C),
+      w(cpu_.get(), gpu_.get(), C), bias(cpu_.get(), gpu_.get(), C),
+      res(cpu_.get(), gpu_.get(), N * C), out(cpu_.get(), gpu_.get(), N * C),
+      mean(cpu_.get(), gpu_.get(), N, DType::kF32), rstd(cpu_.get(), gpu_.get(), N, DType::kF32);
+  const std::vector<float> av = Random(N * C, rng_, 2.f);
+  a.Set(av);
+  b.Set(Random(N * C, rng_));
+  w.Set(Random(C, rng_));
+  bias.Set(Random(C, rng_));
+  cpu_->ResidualLayerNormForward(res.c, out.c, mean.cf(), rstd.cf(), a.c, b.c, w.c, bias.c, N, C);
+  gpu_->ResidualLayerNormForward(res.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N, C);
+  ExpectClose(res, 1e-2, "residual");
+  ExpectClose(out, 1e-2, "layernorm out");
+  ExpectClose(mean, 1e-2, "mean");
+  ExpectClose(rstd, 1e-2, "rstd");
+  const std::vector<float> fused_res = res.Gpu(), fused_out = out.Gpu(), fused_mean = mean.Gpu(),
+                           fused_rstd = rstd.Gpu();
+  // Unfused on the GPU: the same bits.
+  res.Poison();
+  out.Poison();
+  gpu_->ResidualForward(res.g, a.g, b.g, size_t(N) * C);
+  gpu_->LayerNormForward(out.g, mean.gf(), rstd.gf(), res.g, w.g, bias.g, N, C);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_EQ(res.Gpu(), fused_res);
+  EXPECT_EQ(out.Gpu(), fused_out);
+  EXPECT_EQ(mean.Gpu(), fused_mean);
+  EXPECT_EQ(rstd.Gpu(), fused_rstd);
+  // In place: the residual overwrites a.
+  out.Poison();
+  gpu_->ResidualLayerNormForward(a.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N, C);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_EQ(a.Gpu(), fused_res);
+  EXPECT_EQ(out.Gpu(), fused_out);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Element-wise and row-wise kernels: embedding forward, residual add, FP32<->BF16 conversion,
-// GELU and dGELU, argmax. One pass over memory each; 16-byte vectors where the row length allows
-// (C % 8 == 0 is a precondition the backend checks).
+// GELU and dGELU, accumulation of a bias gradient, argmax. One pass over memory each; 16-byte
+// vectors where the row length allows (C % 8 == 0 is a precondition the backend checks).
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -68,6 +68,11 @@ __global__ void GeluForwardKernel(bf16* out, const bf16* inp, size_t n) {
   }
 }
 
+__global__ void AccumulateKernel(bf16* dst, const bf16* src, size_t n) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] = __float2bfloat16(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
+}
+
 // One warp per row; ties go to the lowest index, as the CPU reference does.
 __global__ void ArgmaxKernel(int32_t* out, const bf16* logits, int N, int V, int Vp) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -119,6 +124,11 @@ cudaError_t GeluForward(bf16* out, const bf16* inp, size_t n, cudaStream_t s) {
 
 cudaError_t GeluBackwardInPlace(bf16* dout, const bf16* pre, size_t n, cudaStream_t s) {
   GeluBackwardKernel<<<CeilDiv(CeilDiv(n, 8), 256), 256, 0, s>>>(dout, pre, n);
+  return cudaGetLastError();
+}
+
+cudaError_t Accumulate(bf16* dst, const bf16* src, size_t n, cudaStream_t s) {
+  AccumulateKernel<<<CeilDiv(n, 256), 256, 0, s>>>(dst, src, n);
   return cudaGetLastError();
 }
 

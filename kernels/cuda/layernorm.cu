@@ -1,4 +1,5 @@
 // LayerNorm forward and backward over rows of C channels (eps 1e-5, as GPT-2 and PyTorch).
+// The forward optionally forms its input as the residual add a + b first (one kernel).
 //
 // Forward: one warp per row; mean and variance in FP32 from two passes over the row (the
 // second and third reads hit L1/L2), out = (x - mean) * rstd * w + b in BF16; mean and rstd
@@ -15,16 +16,32 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 
+// kResidual: the row is first formed as residual = bf16(a + b) (ResidualForward's rounding)
+// and written out; the later passes read it back (each lane reads only what it wrote). The
+// statistics see the same BF16 values in the same order as the unfused pair of kernels, so the
+// results are bit-identical to ResidualForward followed by LayerNormForward.
+template <bool kResidual>
 __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out,
-                                       const bf16* inp, const bf16* w, const bf16* b, int N,
-                                       int C) {
+                                       const bf16* inp, const bf16* w, const bf16* b, int N, int C,
+                                       bf16* residual, const bf16* ra, const bf16* rb) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= N) return;
-  const bf16* x = inp + size_t(row) * C;
+  const bf16* x = (kResidual ? residual : inp) + size_t(row) * C;
   float sum = 0.f;
   for (int c = lane * 8; c < C; c += 256) {
-    Bf16x8 v = Load8(x + c);
+    Bf16x8 v;
+    if constexpr (kResidual) {
+      const size_t i = size_t(row) * C + c;
+      Bf16x8 av = Load8(ra + i), bv = Load8(rb + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        v.v[k] = __float2bfloat16(__bfloat162float(av.v[k]) + __bfloat162float(bv.v[k]));
+      }
+      Store8(residual + i, v);
+    } else {
+      v = Load8(x + c);
+    }
 #pragma unroll
     for (int k = 0; k < 8; ++k) sum += __bfloat162float(v.v[k]);
   }
@@ -113,7 +130,16 @@ __global__ void LayerNormParamPartialKernel(float* partial, const bf16* dout, co
 
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
-  LayerNormForwardKernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+  LayerNormForwardKernel<false><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias,
+                                                               N, C, nullptr, nullptr, nullptr);
+  return cudaGetLastError();
+}
+
+cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                     const bf16* a, const bf16* b, const bf16* weight,
+                                     const bf16* bias, int N, int C, cudaStream_t s) {
+  LayerNormForwardKernel<true><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight,
+                                                              bias, N, C, residual, a, b);
   return cudaGetLastError();
 }
 

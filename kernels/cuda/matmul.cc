@@ -77,7 +77,8 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
-  if (s.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || s.epilogue == CUBLASLT_EPILOGUE_GELU_AUX) {
+  if (s.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || s.epilogue == CUBLASLT_EPILOGUE_GELU_AUX ||
+      s.epilogue == CUBLASLT_EPILOGUE_DGELU || s.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
     int64_t ld = s.m;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
@@ -122,11 +123,11 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
                                         pref, kCandidates, results, &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
+  // No algorithm (found == 0, or the heuristic calls the configuration unsupported) is kept as
+  // a plan without candidates, so that the heuristic is asked once per shape.
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0, st = CUBLAS_STATUS_SUCCESS;
   CUBLAS_CHECK(st);
-  if (found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(s)));
-  }
-  plan->algo = results[0].algo;
+  if (found > 0) plan->algo = results[0].algo;
   for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
   plan->tuned = found < 2 || !autotune_;
   Plan* raw = plan.get();
@@ -137,6 +138,30 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
 absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B, void* D,
                            const void* bias, void* aux, cudaStream_t stream, const float* a_scale,
                            const float* b_scale) {
+  absl::StatusOr<bool> ran = TryRun(shape, A, B, D, bias, aux, stream, a_scale, b_scale);
+  if (!ran.ok()) return ran.status();
+  if (*ran) return absl::OkStatus();
+  GemmShape s = shape;
+  s.align_a = PointerAlignment(A);
+  s.align_b = PointerAlignment(B);
+  s.align_d = PointerAlignment(D);
+  s.align_bias = PointerAlignment(bias);
+  const Plan* p = plans_.at(s).get();
+  if (p->candidates.empty()) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", Describe(s)));
+  }
+  return absl::InternalError(absl::StrCat(
+      "cublasLtMatmul: every one of ", p->candidates.size(), " candidate algorithms rejected ",
+      Describe(s),
+      a_scale ? absl::StrCat(", scale alignment A/B ", PointerAlignment(a_scale), "/",
+                             PointerAlignment(b_scale), " bytes")
+              : std::string(),
+      " (CUBLAS_STATUS_NOT_SUPPORTED)"));
+}
+
+absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, const void* B,
+                                      void* D, const void* bias, void* aux, cudaStream_t stream,
+                                      const float* a_scale, const float* b_scale) {
   GemmShape s = shape;
   s.align_a = PointerAlignment(A);
   s.align_b = PointerAlignment(B);
@@ -145,6 +170,10 @@ absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B,
   absl::StatusOr<Plan*> plan = GetPlan(s);
   if (!plan.ok()) return plan.status();
   Plan* p = *plan;
+  if (p->candidates.empty()) {
+    ++unsupported_;
+    return false;
+  }
   if (bias != nullptr) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                 &bias, sizeof(bias)));
@@ -168,7 +197,7 @@ absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B,
   cublasStatus_t st = cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d,
                                      D, p->d, &p->algo, workspace_, kWorkspaceBytes, stream);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
-    if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
     return CublasStatus(st, absl::StrCat("cublasLtMatmul (", Describe(s), ")").c_str(), __FILE__,
                         __LINE__);
   }
@@ -180,28 +209,20 @@ absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B,
     if (st == CUBLAS_STATUS_SUCCESS) {
       p->algo = algo;
       ++fallbacks_;
-      return absl::OkStatus();
+      return true;
     }
-    if (st != CUBLAS_STATUS_NOT_SUPPORTED) break;
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      return CublasStatus(st, absl::StrCat("cublasLtMatmul (", Describe(s), ")").c_str(),
+                          __FILE__, __LINE__);
+    }
   }
-  return CublasStatus(st,
-                      absl::StrCat("cublasLtMatmul (every one of ", p->candidates.size(),
-                                   " candidate algorithms rejected ", Describe(s),
-                                   a_scale ? absl::StrCat(", scale alignment A/B ",
-                                                          PointerAlignment(a_scale), "/",
-                                                          PointerAlignment(b_scale), " bytes")
-                                           : std::string(),
-                                   ")")
-                          .c_str(),
-                      __FILE__, __LINE__);
+  ++unsupported_;
+  return false;  // every candidate rejected the call: nothing was launched
 }
 
 absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const void* B, void* D,
                             cudaStream_t stream) {
   p->tuned = true;
-  // FP8 GEMMs keep the heuristic's pick: on the H200 an autotuned FP8 plan failed its real call
-  // with CUBLAS_STATUS_NOT_SUPPORTED (not understood yet; bench/gpu-2026-12-02.md).
-  if (s.a_type != CUDA_R_16BF || s.b_type != CUDA_R_16BF) return absl::OkStatus();
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
   if (capturing != cudaStreamCaptureStatusNone) return absl::OkStatus();  // keep the heuristic's

@@ -69,12 +69,23 @@ class LtMatmul {
   absl::Status Run(const GemmShape& shape, const void* A, const void* B, void* D, const void* bias,
                    void* aux, cudaStream_t stream, const float* a_scale = nullptr,
                    const float* b_scale = nullptr);
+  // Run for callers that have an unfused fallback (an optional epilogue): false, with nothing
+  // launched, when cuBLASLt has no algorithm for the shape (remembered per shape: the
+  // heuristic is asked once) or every candidate rejects the call; an error only for other
+  // failures. Bias-gradient epilogues (DGELU_BGRAD, BGRADA, BGRADB) write `bias` (length m for
+  // DGELU_BGRAD and BGRADA, n for BGRADB; BF16), overwriting it. DGELU and DGELU_BGRAD read
+  // `aux` (the GELU input, m×n, ld m).
+  absl::StatusOr<bool> TryRun(const GemmShape& shape, const void* A, const void* B, void* D,
+                              const void* bias, void* aux, cudaStream_t stream,
+                              const float* a_scale = nullptr, const float* b_scale = nullptr);
 
   size_t cached_plans() const { return plans_.size(); }
   // Applies to shapes not yet seen; call before the first Run().
   void set_autotune(bool on) { autotune_ = on; }
   // Shapes whose algorithm autotuning changed from the heuristic's first pick.
   int retuned_plans() const { return retuned_; }
+  // TryRun calls that found no algorithm (the caller ran its unfused path instead).
+  int unsupported() const { return unsupported_; }
   // Calls whose algorithm rejected them (CUBLAS_STATUS_NOT_SUPPORTED) and that ran on a later
   // candidate instead.
   int fallbacks() const { return fallbacks_; }
@@ -84,7 +95,8 @@ class LtMatmul {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo;
-    std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order; [0] == algo until tuned
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order; [0] == algo until tuned;
+                                                   // empty: cuBLASLt has no algorithm
     bool tuned = false;
   };
   static constexpr int kCandidates = 8;
@@ -101,6 +113,7 @@ class LtMatmul {
   bool autotune_ = true;
   int retuned_ = 0;
   int fallbacks_ = 0;
+  int unsupported_ = 0;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 

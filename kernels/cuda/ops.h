@@ -49,6 +49,10 @@ cudaError_t GeluForward(bf16* out, const bf16* inp, size_t n, cudaStream_t s);
 // dpre = dout * gelu_tanh'(pre), in place over dout (n elements).
 cudaError_t GeluBackwardInPlace(bf16* dout, const bf16* pre, size_t n, cudaStream_t s);
 
+// dst += src (n elements, each rounded once to BF16): a GEMM epilogue's bias gradient, which
+// cuBLASLt writes with '=', added into the parameter gradient.
+cudaError_t Accumulate(bf16* dst, const bf16* src, size_t n, cudaStream_t s);
+
 // ---- encoder_backward.cu ---- deterministic: tokens sorted (stable), rows summed in order.
 cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens,
                             int B, int T, int C, Scratch& scratch, cudaStream_t s);
@@ -56,6 +60,11 @@ cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int3
 // ---- layernorm.cu ----
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s);
+// residual = a + b (BF16, as ResidualForward; may alias a or b), then out = LayerNorm(residual)
+// as LayerNormForward, in one kernel: bit-identical to the two.
+cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
+                                     const bf16* a, const bf16* b, const bf16* weight,
+                                     const bf16* bias, int N, int C, cudaStream_t s);
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);

@@ -157,23 +157,18 @@ absl::Status Model::Allocate() {
       la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
     };
     if (mode == Recompute::kFull) carve_inner(shared);
-    if (mode != Recompute::kNone) {
-      shared.fc_pre = take(R * F * elem_);
-      shared.fc_gelu = take(R * F * elem_);
-    }
+    if (mode != Recompute::kNone) shared.fc_pre = take(R * F * elem_);
+    // GELU's output (fc2's input) is one buffer in every mode: the backward recomputes it
+    // from the layer's pre-activation (Backward()).
+    shared.fc_gelu = take(R * F * elem_);
     for (LayerActs& la : act_.layers) {
       if (mode == Recompute::kFull) {
         la = shared;
       } else {
         carve_inner(la);
       }
-      if (mode == Recompute::kNone) {
-        la.fc_pre = take(R * F * elem_);
-        la.fc_gelu = take(R * F * elem_);
-      } else {
-        la.fc_pre = shared.fc_pre;
-        la.fc_gelu = shared.fc_gelu;
-      }
+      la.fc_pre = mode == Recompute::kNone ? take(R * F * elem_) : shared.fc_pre;
+      la.fc_gelu = shared.fc_gelu;
       la.residual3 = take(R * C * elem_);
     }
     act_.lnf = take(R * C * elem_);
@@ -283,28 +278,39 @@ void Model::ForwardImpl(int B, int T) {
   kernels::Backend& be = *backend_;
   be.EncoderForward(act_.encoded, act_.tokens, P(TensorKind::kWte), P(TensorKind::kWpe), B, T, C);
   const void* residual = act_.encoded;
+  // Each residual add runs fused with the LayerNorm after it (the next layer's ln_1, or ln_f
+  // after the last layer); only layer 0's ln_1 stands alone.
+  // (Create() requires at least one layer.)
+  LayerActs& first = act_.layers[0];
+  be.LayerNormForward(first.ln1, first.ln1_mean, first.ln1_rstd, residual,
+                      P(TensorKind::kLn1Weight, 0), P(TensorKind::kLn1Bias, 0), N, C);
   for (int l = 0; l < c.layers; ++l) {
     LayerActs& la = act_.layers[l];
-    be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
-                        P(TensorKind::kLn1Bias, l), N, C);
     Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
            P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
     Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
            P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
            Epilogue::kNone);
-    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
-    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
-                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
+                                act_.scratch, P(TensorKind::kLn2Weight, l),
+                                P(TensorKind::kLn2Bias, l), N, C);
     Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
            P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
     Linear(l, Fp8Linear::kFc2, act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
            P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
-    be.ResidualForward(la.residual3, la.residual2, act_.scratch, static_cast<size_t>(N) * C);
+    if (l + 1 < c.layers) {
+      LayerActs& next = act_.layers[l + 1];
+      be.ResidualLayerNormForward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
+                                  la.residual2, act_.scratch, P(TensorKind::kLn1Weight, l + 1),
+                                  P(TensorKind::kLn1Bias, l + 1), N, C);
+    } else {
+      be.ResidualLayerNormForward(la.residual3, act_.lnf, act_.lnf_mean, act_.lnf_rstd,
+                                  la.residual2, act_.scratch, P(TensorKind::kLnfWeight),
+                                  P(TensorKind::kLnfBias), N, C);
+    }
     residual = la.residual3;
   }
-  be.LayerNormForward(act_.lnf, act_.lnf_mean, act_.lnf_rstd, residual, P(TensorKind::kLnfWeight),
-                      P(TensorKind::kLnfBias), N, C);
   be.MatmulForward(act_.logits, nullptr, act_.lnf, HeadWeight(params_), nullptr, N, C,
                    c.padded_vocab_size, Epilogue::kNone);
   last_B_ = B;
@@ -395,13 +401,27 @@ absl::Status Model::Backward() {
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     // The shared buffers still hold the last layer's activations from the forward.
     if (options_.recompute != Recompute::kNone && l != c.layers - 1) RecomputeLayer(l);
+    // fc2's input, GELU(fc_pre), is one buffer shared by all layers that still holds the last
+    // layer's from the forward: recompute it for the others. In every recompute mode from the
+    // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
+    // bit-identical (kMlp's GEMM epilogue output is overwritten).
+    if (l != c.layers - 1) be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
-    LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
-                   G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
-                   P(TensorKind::kFc2Weight, l), N, F, C);
-    LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
-                   G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
-                   P(TensorKind::kFc1Weight, l), N, C, F);
+    if (fp8_ == nullptr) {
+      // fc2's backward with the GELU's backward and fc1's bias gradient fused into it.
+      be.MatmulBackwardGelu(act_.dfc, G(TensorKind::kFc1Bias, l), la.fc_pre,
+                            G(TensorKind::kFc2Weight, l), G(TensorKind::kFc2Bias, l),
+                            act_.dresidual, la.fc_gelu, P(TensorKind::kFc2Weight, l), N, F, C);
+      be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), nullptr, act_.dfc, nullptr, la.ln2,
+                        P(TensorKind::kFc1Weight, l), N, C, F);
+    } else {
+      LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
+                     G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
+                     P(TensorKind::kFc2Weight, l), N, F, C);
+      LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
+                     G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
+                     P(TensorKind::kFc1Weight, l), N, C, F);
+    }
     ln_grad(TensorKind::kLn2Weight, TensorKind::kLn2Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, la.residual2,
                          P(TensorKind::kLn2Weight, l), la.ln2_mean, la.ln2_rstd, N, C);
@@ -440,9 +460,9 @@ void Model::RecomputeLayer(int l) {
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
     be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
                      P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
-    be.ResidualForward(la.residual2, residual, act_.scratch, static_cast<size_t>(N) * C);
-    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2,
-                        P(TensorKind::kLn2Weight, l), P(TensorKind::kLn2Bias, l), N, C);
+    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
+                                act_.scratch, P(TensorKind::kLn2Weight, l),
+                                P(TensorKind::kLn2Bias, l), N, C);
   }
   be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
                    P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);

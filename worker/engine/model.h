@@ -45,13 +45,17 @@ struct AdamWConfig {
 };
 
 // What the backward recomputes instead of keeping from the forward (activation checkpointing):
-//   kNone  every layer keeps its activations;
-//   kMlp   the MLP's fc1 output and GELU (2 x [rows, F] per layer, the largest) are shared by
-//          all layers and recomputed from ln_2's output in the backward;
+//   kNone  every layer keeps its activations except GELU's output (fc2's input): one [rows, F]
+//          buffer shared by all layers, recomputed from the layer's kept fc1 output (the
+//          pre-activation) before fc2's weight gradient (llm.c's `recompute`);
+//   kMlp   the MLP's fc1 output ([rows, F] per layer, the largest) is also shared by all
+//          layers and recomputed from ln_2's output in the backward;
 //   kFull  a layer keeps only its output (the next layer's input); everything inside a layer
 //          is shared by all layers and recomputed from the layer's input in the backward.
 // The recomputation runs the same ops on the same inputs, so the loss and the gradients are
-// bit-identical to kNone's; the arena (activation_bytes()) shrinks.
+// bit-identical to kNone's; the arena (activation_bytes()) shrinks. (On cuda the recomputed
+// GELU is computed from the BF16 pre-activation, where the forward's GEMM epilogue used the
+// FP32 one: fc2's weight gradient sees values within one BF16 rounding of the forward's.)
 enum class Recompute { kNone, kMlp, kFull };
 
 struct ModelOptions {
@@ -178,7 +182,7 @@ class Model {
     float* ln2_mean;
     float* ln2_rstd;
     void* fc_pre;     // fc1 output before GELU
-    void* fc_gelu;    // GELU(fc1 output)
+    void* fc_gelu;    // GELU(fc1 output): one buffer shared by all layers
     void* residual3;  // x after the MLP block = the next layer's input
   };
   struct Activations {

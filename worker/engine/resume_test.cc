@@ -175,7 +175,9 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
   for (const std::vector<std::string>& sets :
        {std::vector<std::string>{},
         {"model.tie_embeddings=true", "training.batch_size=1"},
-        {"model.vocab_size=1500", "model.layers=3", "training.seq_len=8"}}) {
+        {"model.vocab_size=1500", "model.layers=3", "training.seq_len=8"},
+        {"training.activation_checkpointing=mlp"},
+        {"training.activation_checkpointing=full", "model.layers=3"}}) {
     const v1::JobSpec spec = Spec(sets);
     absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = kernels::NewCpuBackend(1);
     ASSERT_TRUE(backend.ok());
@@ -185,6 +187,9 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
     mo.config = *config;
     mo.batch_size = spec.training().batch_size();
     mo.seq_len = spec.training().seq_len();
+    const std::string& ckpt = spec.training().activation_checkpointing();
+    mo.recompute =
+        ckpt == "full" ? Recompute::kFull : (ckpt == "mlp" ? Recompute::kMlp : Recompute::kNone);
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok());
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp32", "cpu");

@@ -1,0 +1,179 @@
+// fusion_bench: what the backward's fused cuBLASLt epilogues and the fused residual+LayerNorm
+// save, per op and per training step, on the benchmark workloads' shapes.
+//
+// Times through CudaBackend (CUDA events, median of --reps after a warm-up), each op with the
+// fusion on and off (CudaBackend::set_fused_epilogues; for the LayerNorm the fused op against
+// ResidualForward + LayerNormForward):
+//   fc2+gelu bwd   MatmulBackwardGelu: fc2's data gradient with dGELU and fc1's bias gradient
+//                  (DGELU_BGRAD) and fc2's weight gradient with its bias gradient (BGRADB);
+//   qkv bwd        MatmulBackward with a bias gradient (BGRADB), likewise attn proj;
+//   residual+ln    ResidualLayerNormForward.
+// "per step" multiplies by the op's count in one step (layers, or 2 x layers for the LayerNorm).
+//
+//   fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+
+namespace {
+
+using boulder::kernels::DType;
+using boulder::kernels::cuda::CudaBackend;
+
+struct Workload {
+  std::string name;
+  int N, C, F, layers;
+};
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "fusion_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+class Bench {
+ public:
+  Bench(CudaBackend* be, int reps) : be_(be), reps_(reps) {
+    cudaEventCreate(&start_);
+    cudaEventCreate(&stop_);
+  }
+  ~Bench() {
+    for (void* p : bufs_) be_->Free(p);
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  // A BF16 buffer of n random values (scale 0.05).
+  void* Buf(size_t n) {
+    auto p = be_->Alloc(n * 2);
+    if (!p.ok()) Die(std::string(p.status().message()));
+    std::vector<float> v(n);
+    std::normal_distribution<float> d(0.f, 0.05f);
+    for (float& x : v) x = d(rng_);
+    be_->CopyFromHostF32(*p, DType::kBF16, v.data(), n);
+    bufs_.push_back(*p);
+    return *p;
+  }
+  float* F32(size_t n) {
+    auto p = be_->Alloc(n * 4);
+    if (!p.ok()) Die(std::string(p.status().message()));
+    bufs_.push_back(*p);
+    return static_cast<float*>(*p);
+  }
+  // Median milliseconds of one call of op (the backend's stream is the default one's peer:
+  // synchronise around the events through the backend).
+  double Time(const std::function<void()>& op) {
+    op();  // warm-up: plans, autotuning, scratch growth
+    if (!be_->Synchronize().ok()) Die(be_->Synchronize().ToString());
+    std::vector<float> ms;
+    for (int r = 0; r < reps_; ++r) {
+      cudaEventRecord(start_, be_->stream());
+      op();
+      cudaEventRecord(stop_, be_->stream());
+      cudaEventSynchronize(stop_);
+      float t = 0;
+      cudaEventElapsedTime(&t, start_, stop_);
+      ms.push_back(t);
+    }
+    if (!be_->Synchronize().ok()) Die(be_->Synchronize().ToString());
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+ private:
+  CudaBackend* be_;
+  int reps_;
+  std::mt19937 rng_{1};
+  std::vector<void*> bufs_;
+  cudaEvent_t start_, stop_;
+};
+
+void Row(const char* what, double fused, double unfused, int count, double* saved) {
+  std::printf("  %-14s fused %8.3f ms  unfused %8.3f ms  saves %7.3f ms/op, %7.3f ms/step\n", what,
+              fused, unfused, unfused - fused, (unfused - fused) * count);
+  *saved += (unfused - fused) * count;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string names = "seed,gpt2,h2048";
+  int reps = 20;
+  bool deterministic = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
+      names = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--deterministic")) {
+      deterministic = true;
+    } else {
+      Die(std::string("unknown argument ") + argv[i] +
+          " (usage: fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic])");
+    }
+  }
+  const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4},
+                          {"gpt2", 16 * 1024, 768, 3072, 12},
+                          {"h2048", 8 * 1024, 2048, 8192, 8}};
+  auto created = CudaBackend::Create(0);
+  if (!created.ok()) Die(std::string(created.status().message()));
+  CudaBackend* be = created->get();
+  be->SetDeterministic(deterministic);
+  std::printf("fusion_bench: median of %d reps%s\n", reps,
+              deterministic ? ", deterministic (heuristic's first algorithm)" : "");
+  for (const Workload& w : all) {
+    if (("," + names + ",").find("," + w.name + ",") == std::string::npos) continue;
+    const size_t N = w.N, C = w.C, F = w.F;
+    std::printf("%s: N=%d C=%d F=%d, %d layers\n", w.name.c_str(), w.N, w.C, w.F, w.layers);
+    Bench b(be, reps);
+    double saved = 0;
+    {
+      void *pre = b.Buf(N * F), *gelu = b.Buf(N * F), *w2 = b.Buf(C * F), *dy = b.Buf(N * C),
+           *dpre = b.Buf(N * F), *db1 = b.Buf(F), *dw2 = b.Buf(C * F), *db2 = b.Buf(C);
+      auto op = [&] {
+        be->MatmulBackwardGelu(dpre, db1, pre, dw2, db2, dy, gelu, w2, w.N, w.F, w.C);
+      };
+      be->set_fused_epilogues(true);
+      const double fused = b.Time(op);
+      be->set_fused_epilogues(false);
+      const double unfused = b.Time(op);
+      Row("fc2+gelu bwd", fused, unfused, w.layers, &saved);
+    }
+    const struct {
+      const char* name;
+      int oc;
+    } linears[] = {{"qkv bwd", 3 * w.C}, {"proj bwd", w.C}};
+    for (const auto& l : linears) {
+      const size_t OC = l.oc;
+      void *x = b.Buf(N * C), *wt = b.Buf(OC * C), *dy = b.Buf(N * OC), *dx = b.Buf(N * C),
+           *dw = b.Buf(OC * C), *db = b.Buf(OC);
+      auto op = [&] { be->MatmulBackward(dx, dw, db, dy, nullptr, x, wt, w.N, w.C, l.oc); };
+      be->set_fused_epilogues(true);
+      const double fused = b.Time(op);
+      be->set_fused_epilogues(false);
+      const double unfused = b.Time(op);
+      Row(l.name, fused, unfused, w.layers, &saved);
+    }
+    {
+      void *a = b.Buf(N * C), *x = b.Buf(N * C), *res = b.Buf(N * C), *out = b.Buf(N * C),
+           *lw = b.Buf(C), *lb = b.Buf(C);
+      float *mean = b.F32(N), *rstd = b.F32(N);
+      const double fused = b.Time(
+          [&] { be->ResidualLayerNormForward(res, out, mean, rstd, a, x, lw, lb, w.N, w.C); });
+      const double unfused = b.Time([&] {
+        be->ResidualForward(res, a, x, N * C);
+        be->LayerNormForward(out, mean, rstd, res, lw, lb, w.N, w.C);
+      });
+      Row("residual+ln", fused, unfused, 2 * w.layers, &saved);
+    }
+    std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
+                saved, be->unfused_fallbacks());
+  }
+  return 0;
+}
