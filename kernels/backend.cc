@@ -13,6 +13,14 @@ void Backend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* 
   CastFp8(out, out_t, dout, rows, cols, format, scale, amax, counts);
 }
 
+void Backend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
+                            const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                            const float* b_scale_inv, const void* bias, int M, int N, int K) {
+  MatmulFp8(pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M, N, K,
+            /*accumulate=*/false, /*fast_accum=*/true);
+  GeluForward(out, pre_gelu, static_cast<size_t>(M) * N);
+}
+
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32:

@@ -217,7 +217,14 @@ class Backend {
                          const void* bias, int M, int N, int K, bool accumulate,
                          bool fast_accum) = 0;
 
-  // out = gelu_tanh(inp), n elements (the FP8 fc1's epilogue, which its GEMM does not fuse).
+  // fc1's FP8 forward: pre_gelu[M,N] = MatmulFp8(a, b) + bias (fast accumulation), then
+  // out = gelu_tanh(pre_gelu). The default runs MatmulFp8 and GeluForward; the cuda backend
+  // fuses the GELU into the GEMM's epilogue where cuBLASLt has an algorithm for it.
+  virtual void MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
+                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                             const float* b_scale_inv, const void* bias, int M, int N, int K);
+
+  // out = gelu_tanh(inp), n elements (the FP8 fc1's epilogue, where its GEMM does not fuse it).
   virtual void GeluForward(void* out, const void* inp, size_t n) = 0;
   // dout *= gelu_tanh'(pre), in place, n elements.
   virtual void GeluBackward(void* dout, const void* pre, size_t n) = 0;

@@ -91,6 +91,9 @@ class CudaBackend final : public Backend {
   int unfused_fallbacks() const { return matmul_->unsupported(); }
   // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
   absl::Status Fp8Supported() const override;
+  void MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
+                     const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                     const float* b_scale_inv, const void* bias, int M, int N, int K) override;
   void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
                    int rows, int cols, Fp8Format format, const float* scale, float* amax,
                    uint64_t* counts) override;

@@ -87,6 +87,37 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
   Check(matmul_->Run(s, b, a, out, bias, nullptr, stream_, b_scale_inv, a_scale_inv));
 }
 
+void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
+                                const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                                const float* b_scale_inv, const void* bias, int M, int N, int K) {
+  if (!Ok()) return;
+  if (fused_epilogues_ && M % 16 == 0 && N % 16 == 0 && K % 16 == 0 &&
+      (a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3)) {
+    ProfileScope profile(this, "MatmulFp8Gelu");
+    GemmShape s;
+    s.trans_a = true;
+    s.m = N;
+    s.n = M;
+    s.k = K;
+    s.lda = K;
+    s.ldb = K;
+    s.ldd = N;
+    s.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    s.a_type = CudaType(b_format);
+    s.b_type = CudaType(a_format);
+    s.fast_accum = true;
+    absl::StatusOr<bool> ran =
+        matmul_->TryRun(s, b, a, out, bias, pre_gelu, stream_, b_scale_inv, a_scale_inv);
+    if (!ran.ok()) {
+      Fail(ran.status());
+      return;
+    }
+    if (*ran) return;
+  }
+  Backend::MatmulFp8Gelu(out, pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias,
+                         M, N, K);  // no fused algorithm: the GEMM, then GeluForward
+}
+
 void CudaBackend::GeluForward(void* out, const void* inp, size_t n) {
   if (!Ok()) return;
   ProfileScope profile(this, "GeluForward");

@@ -405,7 +405,10 @@ absl::Status Model::Backward() {
     // layer's from the forward: recompute it for the others. In every recompute mode from the
     // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
     // bit-identical (kMlp's GEMM epilogue output is overwritten).
-    if (l != c.layers - 1) be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
+    // In FP8 fc2's weight gradient reads the FP8 transpose its forward kept instead.
+    if (l != c.layers - 1 && fp8_ == nullptr) {
+      be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
+    }
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.
     if (fp8_ == nullptr) {
       // fc2's backward with the GELU's backward and fc1's bias gradient fused into it.

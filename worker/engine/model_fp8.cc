@@ -68,10 +68,13 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     s.AddElements(w, static_cast<int64_t>(OC) * C);
     b.weight_version = fp8_weight_version_;
   }
-  const bool gelu = epilogue == kernels::Epilogue::kGelu;
-  be.MatmulFp8(gelu ? pre_gelu : out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt,
-               s.scale_inv(w), bias, N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
-  if (gelu) be.GeluForward(out, pre_gelu, static_cast<size_t>(N) * OC);
+  if (epilogue == kernels::Epilogue::kGelu) {
+    be.MatmulFp8Gelu(out, pre_gelu, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt,
+                     s.scale_inv(w), bias, N, OC, C);
+  } else {
+    be.MatmulFp8(out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias,
+                 N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
+  }
 }
 
 void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias,
