@@ -240,6 +240,24 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(
   return grpc::CreateCustomChannel(target, *credentials, args);
 }
 
+absl::Status ExplainClosedConnection(const absl::Status& status,
+                                     const ChannelSecurityOptions& security) {
+  if (security.insecure || !absl::IsUnavailable(status) ||
+      !absl::StrContains(absl::AsciiStrToLower(status.message()), "socket closed")) {
+    return status;
+  }
+  const std::string hint =
+      security.cert_file.empty()
+          ? "the coordinator closed the connection after the TLS handshake: if it requires "
+            "client certificates (--tls-client-ca), pass --tls-cert and --tls-key signed by "
+            "that CA"
+          : absl::StrCat(
+                "the coordinator closed the connection after the TLS handshake: it may "
+                "not accept the client certificate '",
+                security.cert_file, "' (is it signed by the coordinator's --tls-client-ca?)");
+  return absl::Status(status.code(), absl::StrCat(status.message(), " (", hint, ")"));
+}
+
 void SetServerMessageLimits(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxServerReceiveBytes);
   builder->SetMaxSendMessageSize(kMaxClientReceiveBytes);

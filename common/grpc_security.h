@@ -94,6 +94,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateSecureChannel(
     const std::string& target, const ChannelSecurityOptions& security,
     grpc::ChannelArguments args = {});
 
+// `status`, from a call on a channel made with `security`, with a hint appended when it is
+// what gRPC reports for a connection the server closed right after the TLS handshake
+// (UNAVAILABLE, "Socket closed"). With TLS 1.3 the client's side of the handshake is done
+// before the server has checked the client's certificate, so a coordinator that requires one
+// (--tls-client-ca) and gets none, or one its CA did not sign, shows up this way rather than as
+// a handshake failure. Any other status is returned unchanged.
+absl::Status ExplainClosedConnection(const absl::Status& status,
+                                     const ChannelSecurityOptions& security);
+
 // Sets the server's message size limits on `builder`.
 void SetServerMessageLimits(grpc::ServerBuilder* builder);
 

@@ -16,8 +16,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "boulder/v1/job.grpc.pb.h"
+#include "boulder/v1/rendezvous.grpc.pb.h"
 #include "boulder/v1/worker.grpc.pb.h"
 #include "common/grpc_security.h"
+#include "common/status_util.h"
 #include "server/server.h"
 #include "server/test_util.h"
 
@@ -335,6 +337,90 @@ TEST_F(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   SetDeadline(&c2);
   grpc::Status s = stub2->ListJobs(&c2, v1::ListJobsRequest(), &response);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// What a trainer's rendezvous channel gets without a client certificate, or with one from
+// another CA, from a coordinator that requires one: gRPC says only "Socket closed" (the TLS 1.3
+// client finished its handshake before the server checked the certificate), so the status is
+// explained.
+TEST_F(SecurityTest, ConnectionClosedAfterTheHandshakeIsExplained) {
+  ServerOptions options = Options();
+  options.security.client_ca_file = fixtures->Pki("ca.pem");
+  Start(options);
+  common::ChannelSecurityOptions none;
+  none.ca_file = fixtures->Pki("ca.pem");
+  common::ChannelSecurityOptions other = none;
+  other.cert_file = fixtures->Other("client.pem");
+  other.key_file = fixtures->Other("client.key");
+  for (const common::ChannelSecurityOptions& security : {none, other}) {
+    auto stub = v1::RendezvousService::NewStub(Channel(kJoin, security));
+    grpc::ClientContext c;
+    SetDeadline(&c);
+    v1::RendezvousSetRequest request;
+    request.set_job_id(1);
+    request.set_attempt(1);
+    request.set_key("arrive/0");
+    v1::RendezvousSetResponse response;
+    const absl::Status s = common::ExplainClosedConnection(
+        common::FromGrpcStatus(stub->RendezvousSet(&c, request, &response)), security);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("Socket closed"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(security.cert_file.empty()
+                              ? "pass --tls-cert and --tls-key signed by that CA"
+                              : absl::StrCat("may not accept the client certificate '",
+                                             security.cert_file, "'")));
+  }
+  // Other statuses, and plaintext channels, are left alone.
+  const absl::Status refused = absl::UnavailableError("Connection refused");
+  EXPECT_EQ(common::ExplainClosedConnection(refused, none), refused);
+  common::ChannelSecurityOptions plaintext;
+  plaintext.insecure = true;
+  const absl::Status closed = absl::UnavailableError("Socket closed");
+  EXPECT_EQ(common::ExplainClosedConnection(closed, plaintext), closed);
+  EXPECT_EQ(common::ExplainClosedConnection(absl::NotFoundError("Socket closed"), none),
+            absl::NotFoundError("Socket closed"));
+}
+
+// The trainers' rendezvous takes only the worker join token; the token is checked before the
+// job and attempt are looked at.
+TEST_F(SecurityTest, RendezvousNeedsTheJoinToken) {
+  Start(Options());
+  auto set = [this](const std::string& token) {
+    auto stub = v1::RendezvousService::NewStub(Channel(token));
+    grpc::ClientContext c;
+    SetDeadline(&c);
+    v1::RendezvousSetRequest request;
+    request.set_job_id(42);
+    request.set_attempt(1);
+    request.set_key("arrive/0");
+    request.set_value("1");
+    v1::RendezvousSetResponse response;
+    return stub->RendezvousSet(&c, request, &response);
+  };
+  grpc::Status none = set("");
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED) << none.error_message();
+  EXPECT_THAT(none.error_message(), HasSubstr("no credentials"));
+  grpc::Status wrong = set("join-token-0123456789abcdeX");
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong.error_message();
+  EXPECT_THAT(wrong.error_message(), HasSubstr("invalid token"));
+  grpc::Status user = set(kAlice);
+  EXPECT_EQ(user.error_code(), grpc::StatusCode::PERMISSION_DENIED) << user.error_message();
+  grpc::Status join = set(kJoin);
+  EXPECT_EQ(join.error_code(), grpc::StatusCode::NOT_FOUND) << join.error_message();
+  EXPECT_THAT(join.error_message(), HasSubstr("job 42"));
+
+  auto stub = v1::RendezvousService::NewStub(Channel(""));
+  grpc::ClientContext c;
+  SetDeadline(&c);
+  v1::RendezvousGetRequest request;
+  request.set_job_id(42);
+  request.set_attempt(1);
+  request.add_keys("arrive/0");
+  request.set_wait_ms(0);
+  v1::RendezvousGetResponse response;
+  EXPECT_EQ(stub->RendezvousGet(&c, request, &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(SecurityTest, OversizedRequestIsRefusedAndTheServerGoesOn) {

@@ -16,12 +16,12 @@ import time
 class Proc:
     """A child process whose output lines are collected by a reader thread."""
 
-    def __init__(self, argv, env=None):
+    def __init__(self, argv, env=None, cwd=None):
         self.argv = argv
         self.lines = []
         self._cv = threading.Condition()
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, text=True, env=env,
+                                  stdin=subprocess.DEVNULL, text=True, env=env, cwd=cwd,
                                   start_new_session=True)
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
@@ -169,12 +169,15 @@ class Cluster:
         self.address = m.group(1)
         return self.coordinator
 
-    def start_worker(self, extra=(), wait=True):
+    def start_worker(self, extra=(), wait=True, cwd=None):
+        """With `cwd`, the worker runs there and gets its --work-dir relative to it."""
         wd = tempfile.mkdtemp(dir=self.tmp.name, prefix="worker-")
+        if cwd is not None:
+            wd = os.path.relpath(wd, cwd)
         argv = [os.path.join(self.bin, "boulder-worker"), "--coordinator", self.address,
                 "--backend", "cpu", "--work-dir", wd, "--threads", "1"] + \
             self.security.worker + list(extra)
-        w = Proc(argv)
+        w = Proc(argv, cwd=cwd)
         self.procs.append(w)
         self.worker_procs.append(w)
         if wait:

@@ -53,7 +53,28 @@ std::string Describe(const grpc::Status& status) {
   return common::FromGrpcStatus(status).ToString();
 }
 
+// Makes `*path` (when set) absolute against the working directory.
+absl::Status MakeAbsolute(std::string* path, absl::string_view flag) {
+  if (path->empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(*path, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(flag, " ", *path, ": ", ec.message()));
+  *path = absolute.lexically_normal().string();
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ResolveRelativePaths(AgentOptions* options) {
+  for (auto [path, flag] : {std::pair{&options->work_dir, "--work-dir"},
+                            std::pair{&options->checkpoint_root, "--checkpoint-root"},
+                            std::pair{&options->security.ca_file, "--tls-ca"},
+                            std::pair{&options->security.cert_file, "--tls-cert"},
+                            std::pair{&options->security.key_file, "--tls-key"}}) {
+    if (absl::Status s = MakeAbsolute(path, flag); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (!options.print) options.print = PrintToStdout;
@@ -77,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
         ": not an executable file (build the boulder-trainer target or pass --trainer)"));
   }
   if (options.work_dir.empty()) return absl::InvalidArgumentError("--work-dir: required");
+  if (absl::Status s = ResolveRelativePaths(&options); !s.ok()) return s;
   std::filesystem::create_directories(options.work_dir, ec);
   if (ec) {
     return absl::InvalidArgumentError(
@@ -263,8 +285,11 @@ bool Agent::Register(bool first) {
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (heartbeat_stop_) return false;
-    Log(absl::StrCat("cannot register with ", options_.coordinator, ": ", Describe(status),
-                     "; retrying in ", absl::FormatDuration(backoff)));
+    Log(absl::StrCat(
+        "cannot register with ", options_.coordinator, ": ",
+        common::ExplainClosedConnection(common::FromGrpcStatus(status), options_.security)
+            .ToString(),
+        "; retrying in ", absl::FormatDuration(backoff)));
     if (cv_.wait_until(lock, absl::ToChronoTime(absl::Now() + backoff),
                        [this] { return heartbeat_stop_; })) {
       return false;

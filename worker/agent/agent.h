@@ -48,6 +48,8 @@
 
 namespace boulder::agent {
 
+// Relative paths below are resolved against the working directory at Agent::Create (see
+// ResolveRelativePaths).
 struct AgentOptions {
   // The coordinator's WorkerService, "HOST:PORT". Required.
   std::string coordinator;
@@ -94,6 +96,12 @@ struct AgentOptions {
   // timestamp.
   std::function<void(absl::string_view)> log;
 };
+
+// Makes the relative paths in `options` (work_dir, checkpoint_root, the TLS files) absolute
+// against the current working directory. The trainers get these paths on their command lines
+// and run in their attempt directories, where a relative path would name another file.
+// INVALID_ARGUMENT naming the flag when a path cannot be resolved.
+absl::Status ResolveRelativePaths(AgentOptions* options);
 
 class Agent {
  public:

@@ -32,6 +32,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr absl::Duration kDeadline = absl::Seconds(30);
 
@@ -552,6 +553,47 @@ TEST_F(AgentTest, ReportsATrainerThatCannotStart) {
   EXPECT_EQ(exit.message(), absl::StrCat("could not start the trainer: exec ", script,
                                          ": No such file or directory"));
   EXPECT_THAT(agent_->metrics().Render(), HasSubstr("boulder_trainer_exits_total{code=\"127\"} 1"));
+}
+
+// The trainer runs in its attempt directory: the agent, started with a relative work
+// directory, still hands it paths it can open, the join token in a file of its own that is
+// gone once the trainer has exited, and the token itself never reaches the job's log.
+TEST_F(AgentTest, TrainerGetsUsablePathsAndTheTokenFileIsRemovedAtTheEnd) {
+  StartCoordinator();
+  const std::string token = "join-token-0123456789abcdef";
+  coordinator_.Update([&](State& s) { s.pending.push_back(Assignment(21, "exit:0")); });
+  AgentOptions options = Options();
+  options.work_dir = std::filesystem::relative(work_dir_).string();
+  ASSERT_FALSE(std::filesystem::path(options.work_dir).is_absolute());
+  options.security.token = token;
+  StartAgent(std::move(options));
+  ASSERT_TRUE(WaitForExits(1));
+  const State state = coordinator_.Snapshot();
+  EXPECT_EQ(state.exits[0].second.exit_code(), 0) << state.exits[0].second.message();
+  const std::string dir =
+      std::filesystem::absolute(work_dir_).lexically_normal().string() + "/job-21/attempt-1";
+  EXPECT_THAT(state.Logs(), ::testing::Contains(absl::StrCat("fake trainer: cwd ", dir)));
+  const std::string token_file = dir + "/" + kJoinTokenFile;
+  EXPECT_THAT(state.Logs(), ::testing::Contains(absl::StrCat("fake trainer: --join-token-file ",
+                                                             token_file, " readable")));
+  EXPECT_FALSE(std::filesystem::exists(token_file));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/spec.json"));
+  for (const std::string& line : state.Logs()) EXPECT_THAT(line, Not(HasSubstr(token)));
+  for (const std::string& line : logged_.lines()) EXPECT_THAT(line, Not(HasSubstr(token)));
+}
+
+TEST(ResolveRelativePathsTest, MakesRelativePathsAbsoluteAndKeepsTheOthers) {
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  AgentOptions options;
+  options.work_dir = "work/./w1";
+  options.security.ca_file = "pki/../pki/ca.pem";
+  options.security.cert_file = "/etc/boulder/client.pem";
+  ASSERT_TRUE(ResolveRelativePaths(&options).ok());
+  EXPECT_EQ(options.work_dir, (cwd / "work/w1").string());
+  EXPECT_EQ(options.security.ca_file, (cwd / "pki/ca.pem").string());
+  EXPECT_EQ(options.security.cert_file, "/etc/boulder/client.pem");
+  EXPECT_EQ(options.security.key_file, "");  // unset stays unset
+  EXPECT_EQ(options.checkpoint_root, "");
 }
 
 TEST_F(AgentTest, CreateRejectsBadOptionsByFlag) {

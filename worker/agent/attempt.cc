@@ -223,12 +223,11 @@ void Attempt::Launch() {
         spawn.path = options_.trainer_path;
         spawn.args = TrainerArgs(assignment_, spec_path, options_.threads, options_.backend,
                                  options_.checkpoint_dir, options_.coordinator);
-        std::string token_file;
         if (!options_.security.token.empty()) {
-          token_file = options_.dir + "/join.token";
-          status = WriteSecretFile(token_file, options_.security.token + "\n");
+          token_file_ = options_.dir + "/" + kJoinTokenFile;
+          status = WriteSecretFile(token_file_, options_.security.token + "\n");
         }
-        for (std::string& a : RendezvousSecurityArgs(options_.security, token_file)) {
+        for (std::string& a : RendezvousSecurityArgs(options_.security, token_file_)) {
           spawn.args.push_back(std::move(a));
         }
       }
@@ -286,7 +285,20 @@ v1::ReportExitRequest Attempt::ExitReport() const {
   return exit_.value_or(v1::ReportExitRequest());
 }
 
+void Attempt::RemoveTokenFile() {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path.swap(token_file_);
+  }
+  if (path.empty()) return;
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    Log(absl::StrCat("could not remove the join token file ", path, ": ", strerror(errno)));
+  }
+}
+
 void Attempt::OnTrainerExit(const TrainerExit& exit) {
+  RemoveTokenFile();
   v1::ReportExitRequest report;
   report.set_job_id(assignment_.job_id());
   report.set_attempt(assignment_.attempt());
@@ -322,6 +334,7 @@ void Attempt::OnTrainerExit(const TrainerExit& exit) {
 }
 
 void Attempt::EndWithoutTrainer(int exit_code, std::string message) {
+  RemoveTokenFile();
   Log(message);
   if (options_.metrics != nullptr) options_.metrics->RecordExit(exit_code, 0);
   v1::ReportExitRequest report;

@@ -55,6 +55,9 @@ struct AttemptOptions {
 
 // The file, in the attempt's directory, where rank 0's trainer writes the trained weights.
 inline constexpr char kWeightsFile[] = "weights.safetensors";
+// The 0600 file, in the attempt's directory, holding the join token for the trainer's
+// rendezvous (--join-token-file); removed when the attempt ends.
+inline constexpr char kJoinTokenFile[] = "join.token";
 
 // The trainer's command line after argv[0].
 // `backend` ("cpu" or "cuda") pins the trainer to the backend this worker registered with, so
@@ -88,7 +91,8 @@ class Attempt {
   Attempt(const Attempt&) = delete;
   Attempt& operator=(const Attempt&) = delete;
 
-  // Creates the directory, writes spec.json there and spawns the trainer in it.
+  // Creates the directory, writes spec.json (and, with a join token, kJoinTokenFile) there and
+  // spawns the trainer in it.
   void Launch();
 
   // SIGTERM to the trainer's process group, SIGKILL after `grace`. The first reason sticks.
@@ -116,6 +120,8 @@ class Attempt {
  private:
   void OnTrainerExit(const TrainerExit& exit);
   void EndWithoutTrainer(int exit_code, std::string message);
+  // Deletes the join token file, if Launch wrote one (the attempt has ended).
+  void RemoveTokenFile();
   void Log(absl::string_view line) const;
   TrainerCallbacks Callbacks();
 
@@ -132,6 +138,7 @@ class Attempt {
   std::optional<StopReason> stop_reason_;      // guarded by mu_
   std::optional<v1::ReportExitRequest> exit_;  // guarded by mu_
   std::unique_ptr<TrainerProcess> process_;    // set once, under mu_, by Launch
+  std::string token_file_;                     // guarded by mu_; "" once removed
 };
 
 }  // namespace boulder::agent

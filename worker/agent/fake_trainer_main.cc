@@ -7,8 +7,9 @@
 //   ignore-term  ignore SIGTERM and wait to be killed
 //   signal:N     die by signal N
 //   grandchild   fork a child that holds the pipes and sleeps, print its pid, exit 0
-// Its first stderr lines list its open fds, whether it leads its process group, and its working
-// directory, so tests can check how the agent started it.
+// Its first stderr lines list its open fds, whether it leads its process group, its working
+// directory and the files it was given (--tls-*, --join-token-file) with whether it can read
+// them, so tests can check how the agent started it.
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--quiet") continue;
+    if (arg == "--quiet" || arg == "--insecure") continue;  // flags without a value
     if (arg.rfind("--", 0) == 0 && i + 1 < argc) flags[arg.substr(2)] = argv[++i];
   }
   fprintf(stderr, "fake trainer: fds %s\n", OpenFds().c_str());
@@ -75,6 +76,14 @@ int main(int argc, char** argv) {
   char cwd[4096] = "?";
   if (getcwd(cwd, sizeof(cwd)) == nullptr) cwd[0] = '?';
   fprintf(stderr, "fake trainer: cwd %s\n", cwd);
+  // Files the agent hands over by path: named, with whether they can be read from here (the
+  // token file's content is never printed).
+  for (const char* flag : {"tls-ca", "tls-cert", "tls-key", "join-token-file"}) {
+    if (!flags.count(flag)) continue;
+    const bool readable = std::ifstream(flags[flag]).good();
+    fprintf(stderr, "fake trainer: --%s %s %s\n", flag, flags[flag].c_str(),
+            readable ? "readable" : "unreadable");
+  }
 
   boulder::v1::JobSpec spec;
   if (flags.count("spec")) {

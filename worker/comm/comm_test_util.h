@@ -5,8 +5,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/rendezvous.h"
@@ -14,11 +16,13 @@
 namespace boulder::comm {
 
 // Serves RendezvousService; scopes of job 1 are live while `live` is true (any attempt),
-// every other job is "not running".
+// every other job is "not running". `authorize`, when set, is the service's caller check.
 class TestRendezvousServer {
  public:
-  TestRendezvousServer() {
+  explicit TestRendezvousServer(
+      std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr) {
     server::RendezvousOptions options;
+    options.authorize = std::move(authorize);
     options.check_scope = [this](int64_t job, int32_t attempt) -> absl::Status {
       if (job == 1 && live.load()) return absl::OkStatus();
       return absl::FailedPreconditionError(

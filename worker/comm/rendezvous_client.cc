@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/env.h"
 #include "common/status_util.h"
 
 namespace boulder::comm {
@@ -20,6 +21,18 @@ constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
   ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d));
+}
+
+// One call's outcome: a connection closed after the TLS handshake explained
+// (ExplainClosedConnection); a refused token named by its code, with where the token comes from.
+absl::Status CallStatus(const grpc::Status& status,
+                        const common::ChannelSecurityOptions& security) {
+  absl::Status s = common::ExplainClosedConnection(common::FromGrpcStatus(status), security);
+  if (!absl::IsUnauthenticated(s) && !absl::IsPermissionDenied(s)) return s;
+  return absl::Status(
+      s.code(), absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message(),
+                             " (the rendezvous needs the worker join token: --join-token-file or $",
+                             common::kEnvJoinToken, "; a worker agent passes its own)"));
 }
 
 }  // namespace
@@ -52,7 +65,7 @@ absl::Status RendezvousClient::Set(const std::string& key, const std::string& va
   v1::RendezvousSetResponse response;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.rpc_slack);
-  absl::Status s = common::FromGrpcStatus(stub_->RendezvousSet(&ctx, request, &response));
+  absl::Status s = CallStatus(stub_->RendezvousSet(&ctx, request, &response), options_.security);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("rendezvous set '", key, "' at ",
                                                options_.coordinator, ": ", s.message()));
@@ -76,7 +89,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector
     v1::RendezvousGetResponse response;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, wait + options_.rpc_slack);
-    last = common::FromGrpcStatus(stub_->RendezvousGet(&ctx, request, &response));
+    last = CallStatus(stub_->RendezvousGet(&ctx, request, &response), options_.security);
     if (last.ok()) {
       if (response.values_size() != static_cast<int>(keys.size())) {
         return absl::InternalError(absl::StrCat("rendezvous get: asked for ", keys.size(),
@@ -105,7 +118,7 @@ absl::StatusOr<std::vector<bool>> RendezvousClient::Present(const std::vector<st
     v1::RendezvousGetResponse response;
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.rpc_slack);
-    absl::Status s = common::FromGrpcStatus(stub_->RendezvousGet(&ctx, request, &response));
+    absl::Status s = CallStatus(stub_->RendezvousGet(&ctx, request, &response), options_.security);
     if (!s.ok() && !absl::IsDeadlineExceeded(s)) {
       return absl::Status(s.code(),
                           absl::StrCat("rendezvous at ", options_.coordinator, ": ", s.message()));

@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/grpc_security.h"
 #include "boulder/v1/rendezvous.grpc.pb.h"
+#include "common/grpc_security.h"
 
 namespace boulder::comm {
 
@@ -36,7 +36,10 @@ class RendezvousClient {
   static absl::StatusOr<std::unique_ptr<RendezvousClient>> Create(RendezvousClientOptions options);
 
   // Stores `value` under `key` (overwriting). Errors from the coordinator: FAILED_PRECONDITION
-  // when the attempt no longer runs, UNAVAILABLE when it cannot be reached.
+  // when the attempt no longer runs, UNAVAILABLE when it cannot be reached (with the likely
+  // cause when it closed the connection after the TLS handshake: a missing or unaccepted
+  // client certificate), UNAUTHENTICATED / PERMISSION_DENIED when it refused the token (the
+  // message names the code and where the token comes from).
   absl::Status Set(const std::string& key, const std::string& value);
 
   // The values of `keys` (in order), waiting until all are set or `timeout` passes:

@@ -32,6 +32,39 @@ TEST(RendezvousClientTest, NeedsACoordinator) {
   EXPECT_THAT(c.status().message(), HasSubstr("--coordinator"));
 }
 
+// A refused token fails at once, named by its code, with where the token comes from.
+TEST(RendezvousClientTest, ARefusedTokenIsNamedByItsCode) {
+  TestRendezvousServer server([](const grpc::ServerContextBase& context) -> absl::Status {
+    auto it = context.client_metadata().find("authorization");
+    if (it == context.client_metadata().end()) return absl::UnauthenticatedError("no credentials");
+    if (it->second != "Bearer good-token") return absl::UnauthenticatedError("invalid token");
+    return absl::OkStatus();
+  });
+  RendezvousClientOptions o;
+  o.coordinator = server.address();
+  o.security.insecure = true;
+  o.job_id = 1;
+  o.security.token = "good-token";
+  ASSERT_TRUE((*RendezvousClient::Create(o))->Set("k", "v").ok());
+
+  o.security.token = "bad-token";
+  std::unique_ptr<RendezvousClient> bad = *RendezvousClient::Create(o);
+  absl::Status s = bad->Set("k", "v");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(s.message(),
+              HasSubstr("rendezvous set 'k' at " + server.address() +
+                        ": UNAUTHENTICATED: invalid token (the rendezvous needs the "
+                        "worker join token: --join-token-file or $BOULDER_JOIN_TOKEN"));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<std::string>> got = bad->Get({"k"}, absl::Seconds(20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "retried a refused token";
+
+  o.security.token.clear();
+  EXPECT_THAT((*RendezvousClient::Create(o))->Set("k", "v").message(),
+              HasSubstr("UNAUTHENTICATED: no credentials"));
+}
+
 TEST(RendezvousClientTest, SetThenGet) {
   TestRendezvousServer server;
   auto a = Client(server, 0), b = Client(server, 1);
