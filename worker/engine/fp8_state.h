@@ -72,7 +72,9 @@ class Fp8State {
     return options_.hybrid && r == Fp8Role::kGradOutput ? kernels::Fp8Format::kE5M2
                                                         : kernels::Fp8Format::kE4M3;
   }
-  // Device pointers of tensor i's slots.
+  // Device pointers of tensor i's slots; each kind is one contiguous array over i (so
+  // amax(0) is the whole step's amax array of num_tensors() floats, as a data-parallel
+  // all-reduce needs).
   float* scale(int i) const { return scale_ + i; }
   float* scale_inv(int i) const { return scale_inv_ + i; }
   float* amax(int i) const { return amax_ + i; }

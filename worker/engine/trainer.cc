@@ -392,8 +392,12 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                            " (training diverged; try a lower training.lr or training.grad_clip)"));
         }
         finite = false;
-        loss = *l;
-        break;
+        // Data parallel: the backward still runs, so this rank joins the other ranks'
+        // gradient all-reduces; the step is then skipped on every rank.
+        if (dp == nullptr) {
+          loss = *l;
+          break;
+        }
       }
       loss += *l / accum;
       if (dp != nullptr) dp->ReduceDuringNextBackward(micro == accum - 1);
@@ -412,6 +416,11 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (!norm.ok()) return norm.status();
       finite = std::isfinite(*norm);
     }
+    if (fp8 && dp != nullptr) {
+      absl::StatusOr<bool> all = dp->AllRanksFinite(finite);
+      if (!all.ok()) return Annotate(all.status(), step);
+      finite = *all;
+    }
     if (!finite) {
       // FP8: skip the step (no update, the step's amaxes discarded) and name the first FP8
       // tensor that saw an inf or NaN.
@@ -419,8 +428,14 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       ++skipped;
       if (++consecutive_skips == 1) {
         first_overflow = Fp8State::FirstNonFinite(fp8_stats);
-        if (first_overflow.empty())
-          first_overflow = "none of the FP8 tensors (BF16 ops overflowed)";
+        if (first_overflow.empty()) {
+          first_overflow = dp == nullptr ? "none of the FP8 tensors (BF16 ops overflowed)"
+                                         : absl::StrCat("none of rank ", o.rank,
+                                                        "'s FP8 tensors (another rank's, or a "
+                                                        "BF16 op, overflowed)");
+        } else if (dp != nullptr) {
+          absl::StrAppend(&first_overflow, " on rank ", o.rank);
+        }
       }
       Info(o,
            absl::StrCat("step ", step, ": skipped (loss ", loss,
@@ -454,6 +469,11 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     const bool report =
         o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate);
     if (fp8) {
+      if (dp != nullptr) {
+        if (absl::Status s = dp->ReduceFp8Amaxes(model.fp8_state()); !s.ok()) {
+          return Annotate(s, step);
+        }
+      }
       if (absl::Status s = model.Fp8EndStep(/*apply=*/true, report ? &fp8_stats : nullptr);
           !s.ok()) {
         return s;
