@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 
 namespace boulder::engine {
@@ -92,6 +93,16 @@ class Fp8State {
   // Starts the next step's statistics: zeroes the counters and element tallies; with
   // discard_amax also the step's amaxes (a skipped step must not reach the histories).
   void ResetStep(bool discard_amax);
+
+  // The scaling state a checkpoint carries (its "fp8_scaling" section): every tensor's scale,
+  // scale_inv and amax history, with the tensor count, history length and format they were
+  // made for. The step's amaxes and counters are not in it: a checkpoint is taken between
+  // steps, when they are zero. Synchronises with the backend.
+  absl::StatusOr<std::string> SaveScaling();
+  // Loads what SaveScaling wrote into this state (and zeroes the step's amaxes and counters).
+  // FAILED_PRECONDITION when it was made for another tensor count (layers), history length or
+  // format (naming both); DATA_LOSS when the bytes are malformed.
+  absl::Status RestoreScaling(absl::string_view bytes);
 
   // "layer 2 fc1 grad_output": the first tensor (forward order, then backward order) with a
   // non-finite element or amax in `stats`; empty when none.
