@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   absl::StatusOr<void*> block = backend->Alloc(total);
   if (!block.ok()) return block.status();
   s->block_ = *block;
+  s->bytes_ = total;
   char* p = static_cast<char*>(*block);
   s->scale_ = reinterpret_cast<float*>(p);
   s->scale_inv_ = reinterpret_cast<float*>(p + vec);

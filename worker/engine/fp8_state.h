@@ -66,6 +66,8 @@ class Fp8State {
   Fp8State& operator=(const Fp8State&) = delete;
 
   int num_tensors() const { return n_; }
+  // Bytes allocated from the backend (one block).
+  size_t bytes() const { return bytes_; }
   int Index(int layer, Fp8Linear t, Fp8Role r) const {
     return (layer * kLinears + static_cast<int>(t)) * kRoles + static_cast<int>(r);
   }
@@ -116,6 +118,7 @@ class Fp8State {
   int layers_;
   int n_;
   void* block_ = nullptr;
+  size_t bytes_ = 0;
   float* scale_ = nullptr;
   float* scale_inv_ = nullptr;
   float* amax_ = nullptr;

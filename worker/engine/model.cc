@@ -200,7 +200,7 @@ absl::Status Model::Allocate() {
 size_t Model::total_bytes() const {
   const size_t n = layout_.num_params(), nt = num_trainable_;
   return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + nt +
-         arena_bytes_;
+         arena_bytes_ + fp8_bytes_;
 }
 
 absl::StatusOr<std::vector<float>> Model::GetParameters() {

@@ -144,7 +144,10 @@ class Model {
   // Replaces every parameter (and its master copy). INVALID_ARGUMENT: wrong length.
   absl::Status SetParameters(const std::vector<float>& values);
   size_t activation_bytes() const { return arena_bytes_; }
-  // Every byte this model allocated (parameters, gradients, optimizer state, activations).
+  // The FP8 buffers (options.fp8.enabled; else 0): the scaling state, the cast scratch and the
+  // per-Linear FP8 copies (model_fp8.cc).
+  size_t fp8_bytes() const { return fp8_bytes_; }
+  // Every byte this model allocated (parameters, gradients, optimizer state, activations, FP8).
   size_t total_bytes() const;
 
   // Device buffers of compute-dtype elements: params() holds num_params() laid out by
@@ -268,6 +271,7 @@ class Model {
   uint8_t* fp8_dout_ = nullptr;                // backward scratch [rows, max(3C, F)]
   uint8_t* fp8_dout_t_ = nullptr;              // its transpose
   int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
+  size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
 };
 

@@ -20,12 +20,14 @@ absl::Status Model::AllocateFp8() {
   absl::StatusOr<std::unique_ptr<Fp8State>> state = Fp8State::Create(backend_, f, c.layers);
   if (!state.ok()) return state.status();
   fp8_ = std::move(*state);
+  fp8_bytes_ = fp8_->bytes();
   const size_t N = static_cast<size_t>(options_.batch_size) * options_.seq_len;
   const size_t C = c.hidden, F = c.ffn;
   auto alloc = [this](size_t bytes, uint8_t** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
     allocations_.push_back(*p);
+    fp8_bytes_ += bytes;
     *out = static_cast<uint8_t*>(*p);
     return absl::OkStatus();
   };

@@ -335,5 +335,38 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
   }
 }
 
+// The same with the FP8 buffers (precision fp8, emulated on the cpu): the estimate's fp8_bytes
+// equals what AllocateFp8 and the scaling state allocate, for several shapes and histories.
+TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{},
+        {"model.ffn=48", "training.batch_size=1", "fp8.amax_history_len=1"},
+        {"model.layers=3", "model.hidden=64", "model.heads=4", "training.seq_len=8",
+         "fp8.amax_history_len=1024", "fp8.format=e4m3"}}) {
+    std::vector<std::string> all = kFp8;
+    all.insert(all.end(), sets.begin(), sets.end());
+    const v1::JobSpec spec = Spec(all);
+    absl::StatusOr<std::unique_ptr<kernels::Backend>> backend = kernels::NewCpuBackend(1);
+    ASSERT_TRUE(backend.ok());
+    absl::StatusOr<ModelConfig> config = ModelConfigFromSpec(spec.model());
+    ASSERT_TRUE(config.ok());
+    ModelOptions mo;
+    mo.config = *config;
+    mo.batch_size = spec.training().batch_size();
+    mo.seq_len = spec.training().seq_len();
+    mo.fp8.enabled = true;
+    mo.fp8.amax_history_len = spec.fp8().amax_history_len();
+    mo.fp8.hybrid = spec.fp8().format() == "hybrid";
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
+    ASSERT_TRUE(model.ok()) << model.status();
+    absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cpu");
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_GT(e->fp8_bytes, 0);
+    EXPECT_EQ(e->fp8_bytes, static_cast<int64_t>((*model)->fp8_bytes()));
+    EXPECT_EQ(e->activations_bytes, static_cast<int64_t>((*model)->activation_bytes()));
+    EXPECT_EQ(e->total_bytes, static_cast<int64_t>((*model)->total_bytes()));
+  }
+}
+
 }  // namespace
 }  // namespace boulder::engine
