@@ -78,10 +78,11 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     if (H < 1) return absl::InvalidArgumentError("fp8.amax_history_len: not resolved (< 1)");
     // worker/engine/fp8_state.cc: per tensor (input, weight, output gradient of 4 Linears per
     // layer) scale, scale_inv, amax and format max, an amax history and 3 uint64 counters
-    // (kernels::kFp8CountersPerTensor).
+    // (kernels::kFp8CountersPerTensor), then one discard amax and counter set.
     const int64_t tensors = L * 4 * 3;
+    const int64_t counters = 3 * int64_t{sizeof(uint64_t)};
     const int64_t state = 4 * AlignUp(tensors * 4) + AlignUp(tensors * H * 4) +
-                          AlignUp(tensors * 3 * int64_t{sizeof(uint64_t)});
+                          AlignUp(tensors * counters) + AlignUp(4) + AlignUp(counters);
     // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows.
     const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
     const int64_t scratch = N * std::max(C, F) + 2 * N * std::max(3 * C, F);

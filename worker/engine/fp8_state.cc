@@ -67,7 +67,10 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   const size_t vec = AlignUp(n * sizeof(float));
   const size_t hist = AlignUp(n * H * sizeof(float));
   const size_t counts = AlignUp(n * kernels::kFp8CountersPerTensor * sizeof(uint64_t));
-  const size_t total = 4 * vec + hist + counts;
+  // Then the discard slots: one amax and one tensor's counters.
+  const size_t discard =
+      AlignUp(sizeof(float)) + AlignUp(kernels::kFp8CountersPerTensor * sizeof(uint64_t));
+  const size_t total = 4 * vec + hist + counts + discard;
   absl::StatusOr<void*> block = backend->Alloc(total);
   if (!block.ok()) return block.status();
   s->block_ = *block;
@@ -79,6 +82,9 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   s->fp8_max_ = reinterpret_cast<float*>(p + 3 * vec);
   s->history_ = reinterpret_cast<float*>(p + 4 * vec);
   s->counts_ = reinterpret_cast<uint64_t*>(p + 4 * vec + hist);
+  s->discard_amax_ = reinterpret_cast<float*>(p + 4 * vec + hist + counts);
+  s->discard_counts_ =
+      reinterpret_cast<uint64_t*>(p + 4 * vec + hist + counts + AlignUp(sizeof(float)));
   backend->Memset0(*block, total);
   std::vector<float> ones(n, 1.0f), max(n);
   for (int i = 0; i < s->n_; ++i) {

@@ -51,7 +51,9 @@ struct AdamWConfig {
 //   kFull  a layer keeps only its output (the next layer's input); everything inside a layer
 //          is shared by all layers and recomputed from the layer's input in the backward.
 // The recomputation runs the same ops on the same inputs, so the loss and the gradients are
-// bit-identical to kNone's; the arena (activation_bytes()) shrinks.
+// bit-identical to kNone's; the arena (activation_bytes()) shrinks. In FP8 the recomputed
+// Linears cast with the step's scales and FP8 weights and record no amax or counters (the
+// forward did); the FP8 inputs' transposes are kept per layer, not recomputed.
 enum class Recompute { kNone, kMlp, kFull };
 
 struct ModelOptions {
@@ -273,6 +275,7 @@ class Model {
   int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
+  bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
 };
 
 }  // namespace boulder::engine

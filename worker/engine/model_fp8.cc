@@ -5,7 +5,9 @@
 //             out = FP8 GEMM (fast accumulation) + bias, then GELU for fc1;
 //   backward: dGELU (fc1), bias gradient in the compute dtype; dout -> cast-transpose (E5M2
 //             in hybrid); dinp = FP8 GEMM(dout, weightᵀ); dweight += FP8 GEMM(doutᵀ, inputᵀ).
-// The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep.
+// The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep. Activation
+// checkpointing recomputes a layer's FP8 Linears in the backward with the step's scales and
+// FP8 weights, recording nothing (see Linear).
 #include <algorithm>
 #include <utility>
 
@@ -53,7 +55,7 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
                    const void* weight, const void* bias, int N, int C, int OC,
                    kernels::Epilogue epilogue) {
   kernels::Backend& be = *backend_;
-  if (fp8_ == nullptr || !fp8_training_forward_) {
+  if (fp8_ == nullptr || !(fp8_training_forward_ || fp8_recompute_)) {
     be.MatmulForward(out, pre_gelu, inp, weight, bias, N, C, OC, epilogue);
     return;
   }
@@ -63,8 +65,19 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   const int in = s.Index(layer, t, Fp8Role::kInput), w = s.Index(layer, t, Fp8Role::kWeight);
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
   const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
-  be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
-  s.AddElements(in, static_cast<int64_t>(N) * C);
+  if (fp8_recompute_) {
+    // The backward's recomputation (activation checkpointing): the same input cast with the
+    // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
+    // forward already recorded this cast's amax and counters and kept its transpose (per
+    // layer, for the weight gradient): nothing is recorded or kept again.
+    be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in), s.discard_amax(),
+               s.discard_counts());
+  } else {
+    be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
+    s.AddElements(in, static_cast<int64_t>(N) * C);
+  }
+  // The weights do not change between a forward and its backward: a recompute finds them
+  // cast already.
   if (b.weight_version != fp8_weight_version_) {
     be.CastFp8(b.weight, b.weight_t, weight, OC, C, w_fmt, s.scale(w), s.amax(w), s.counts(w));
     s.AddElements(w, static_cast<int64_t>(OC) * C);
