@@ -78,14 +78,15 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     if (H < 1) return absl::InvalidArgumentError("fp8.amax_history_len: not resolved (< 1)");
     // worker/engine/fp8_state.cc: per tensor (input, weight, output gradient of 4 Linears per
     // layer) scale, scale_inv, amax and format max, an amax history and 3 uint64 counters
-    // (kernels::kFp8CountersPerTensor), then one discard amax and counter set.
+    // (kernels::kFp8CountersPerTensor).
     const int64_t tensors = L * 4 * 3;
     const int64_t counters = 3 * int64_t{sizeof(uint64_t)};
-    const int64_t state = 4 * AlignUp(tensors * 4) + AlignUp(tensors * H * 4) +
-                          AlignUp(tensors * counters) + AlignUp(4) + AlignUp(counters);
+    const int64_t state =
+        4 * AlignUp(tensors * 4) + AlignUp(tensors * H * 4) + AlignUp(tensors * counters);
     // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows.
     const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
-    const int64_t scratch = N * std::max(C, F) + 2 * N * std::max(3 * C, F);
+    // The cast scratch, and where the recompute's casts put their statistics.
+    const int64_t scratch = N * std::max(C, F) + 2 * N * std::max(3 * C, F) + 8 + counters;
     // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps its
     // input's transpose [K, N] and the weight [OC, K] with its transpose.
     const int64_t linears = N * (3 * C + F) + 2 * (3 * C * C + C * C + C * F + F * C);

@@ -113,11 +113,11 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes);
   // 4 layers, C 768, F 3072, N = 32 x 256 rows, history 16: per layer N(3C+F) + 2(3C² + C² +
   // 2CF) bytes, the cast scratch N·max(C,F) + 2·N·max(3C,F), and 48 tensors' scaling state
-  // (4 float vectors, a 16-entry history, 3 uint64 counters each; then a discard slot).
+  // (4 float vectors, a 16-entry history, 3 uint64 counters each).
   const int64_t C = 768, F = 3072, N = 32 * 256, L = 4;
   const int64_t layers = L * (N * (3 * C + F) + 2 * (4 * C * C + 2 * C * F));
-  const int64_t scratch = N * F + 2 * N * F;  // F > 3C here
-  const int64_t state = 4 * 192 + 3072 + 1152 + 64 + 64;
+  const int64_t scratch = N * F + 2 * N * F + 32;  // F > 3C; the recompute's discard slot
+  const int64_t state = 4 * 192 + 3072 + 1152;
   EXPECT_EQ(fp8->fp8_bytes, layers + scratch + state);
   EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes);
   EXPECT_THAT(FormatMemoryEstimate(*fp8), HasSubstr(", FP8 0."));

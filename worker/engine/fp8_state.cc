@@ -67,10 +67,7 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   const size_t vec = AlignUp(n * sizeof(float));
   const size_t hist = AlignUp(n * H * sizeof(float));
   const size_t counts = AlignUp(n * kernels::kFp8CountersPerTensor * sizeof(uint64_t));
-  // Then the discard slots: one amax and one tensor's counters.
-  const size_t discard =
-      AlignUp(sizeof(float)) + AlignUp(kernels::kFp8CountersPerTensor * sizeof(uint64_t));
-  const size_t total = 4 * vec + hist + counts + discard;
+  const size_t total = 4 * vec + hist + counts;
   absl::StatusOr<void*> block = backend->Alloc(total);
   if (!block.ok()) return block.status();
   s->block_ = *block;
@@ -82,9 +79,6 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   s->fp8_max_ = reinterpret_cast<float*>(p + 3 * vec);
   s->history_ = reinterpret_cast<float*>(p + 4 * vec);
   s->counts_ = reinterpret_cast<uint64_t*>(p + 4 * vec + hist);
-  s->discard_amax_ = reinterpret_cast<float*>(p + 4 * vec + hist + counts);
-  s->discard_counts_ =
-      reinterpret_cast<uint64_t*>(p + 4 * vec + hist + counts + AlignUp(sizeof(float)));
   backend->Memset0(*block, total);
   std::vector<float> ones(n, 1.0f), max(n);
   for (int i = 0; i < s->n_; ++i) {
@@ -164,7 +158,10 @@ absl::StatusOr<std::string> Fp8State::SaveScaling() {
   std::memcpy(p + sizeof(kScalingMagic), header, sizeof(header));
   p += kScalingHeader;
   backend_->CopyToHost(p, scale_, n * sizeof(float));
-  backend_->CopyToHost(p + n * sizeof(float), scale_inv_, n * sizeof(float));
+  // One copy per scale_inv: their slots need not be contiguous (see scale_inv()).
+  for (int i = 0; i < n_; ++i) {
+    backend_->CopyToHost(p + (n + i) * sizeof(float), scale_inv(i), sizeof(float));
+  }
   backend_->CopyToHost(p + 2 * n * sizeof(float), history_, n * H * sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
   return out;
@@ -203,7 +200,9 @@ absl::Status Fp8State::RestoreScaling(absl::string_view bytes) {
   }
   const char* p = bytes.data() + kScalingHeader;
   backend_->CopyFromHost(scale_, p, n * sizeof(float));
-  backend_->CopyFromHost(scale_inv_, p + n * sizeof(float), n * sizeof(float));
+  for (int i = 0; i < n_; ++i) {
+    backend_->CopyFromHost(scale_inv(i), p + (n + i) * sizeof(float), sizeof(float));
+  }
   backend_->CopyFromHost(history_, p + 2 * n * sizeof(float), n * H * sizeof(float));
   backend_->Memset0(amax_, n * sizeof(float));
   ResetStep(/*discard_amax=*/true);

@@ -84,10 +84,6 @@ class Fp8State {
   uint64_t* counts(int i) const {
     return counts_ + static_cast<size_t>(i) * kernels::kFp8CountersPerTensor;
   }
-  // Statistics slots whose contents nobody reads: a cast that must not count (the recomputed
-  // forward of activation checkpointing casts the same values a second time).
-  float* discard_amax() const { return discard_amax_; }
-  uint64_t* discard_counts() const { return discard_counts_; }
   // Host tally of the elements cast into tensor i this step (for the ratios).
   void AddElements(int i, int64_t n) { elements_[i] += n; }
 
@@ -129,8 +125,6 @@ class Fp8State {
   float* fp8_max_ = nullptr;
   float* history_ = nullptr;  // [n, amax_history_len]
   uint64_t* counts_ = nullptr;
-  float* discard_amax_ = nullptr;
-  uint64_t* discard_counts_ = nullptr;
   std::vector<int64_t> elements_;
 };
 

@@ -276,6 +276,9 @@ class Model {
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
+  // Where a recomputed cast's amax and counters go (nobody reads them): float, then
+  // kFp8CountersPerTensor uint64 at byte 8.
+  uint8_t* fp8_discard_ = nullptr;
 };
 
 }  // namespace boulder::engine

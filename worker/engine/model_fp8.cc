@@ -33,7 +33,8 @@ absl::Status Model::AllocateFp8() {
     *out = static_cast<uint8_t*>(*p);
     return absl::OkStatus();
   };
-  absl::Status s = alloc(N * std::max(C, F), &fp8_input_);
+  absl::Status s = alloc(8 + kernels::kFp8CountersPerTensor * sizeof(uint64_t), &fp8_discard_);
+  if (s.ok()) s = alloc(N * std::max(C, F), &fp8_input_);
   if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_);
   if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_t_);
   fp8_linears_.resize(static_cast<size_t>(c.layers) * Fp8State::kLinears);
@@ -70,8 +71,9 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
     // forward already recorded this cast's amax and counters and kept its transpose (per
     // layer, for the weight gradient): nothing is recorded or kept again.
-    be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in), s.discard_amax(),
-               s.discard_counts());
+    be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in),
+               reinterpret_cast<float*>(fp8_discard_),
+               reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
   } else {
     be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
