@@ -31,13 +31,16 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
         absl::StrCat("backend '", backend, "': expected cpu or cuda"));
   }
   int64_t elem = 0;
+  const bool fp8 = precision == "fp8";
   if (precision == "fp32") {
     elem = 4;
   } else if (precision == "bf16") {
     elem = 2;
+  } else if (fp8) {
+    elem = backend == "cuda" ? 2 : 4;  // bf16 on the GPU, fp32 under the cpu emulation
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("precision '", precision, "': no memory estimate (expected fp32 or bf16)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision '", precision, "': no memory estimate (expected fp32, bf16 or fp8)"));
   }
   const v1::ModelSpec& m = resolved.model();
   if (m.vocab_size() <= 0 || m.hidden() <= 0 || m.heads() <= 0 || m.layers() <= 0 || m.ffn() <= 0 ||
@@ -81,9 +84,30 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
   a += AlignUp(2 * C * elem);  // a frozen LayerNorm's discarded weight and bias gradients
   e.activations_bytes = a;
+  if (fp8) {
+    const int64_t H = resolved.fp8().amax_history_len();
+    if (H < 1) return absl::InvalidArgumentError("fp8.amax_history_len: not resolved (< 1)");
+    // worker/engine/fp8_state.cc: per tensor (input, weight, output gradient of 4 Linears per
+    // layer) scale, amax and format max, scale_inv on its own 256-byte slot
+    // (Fp8State::kScaleInvStride), an amax history and 3 uint64 counters
+    // (kernels::kFp8CountersPerTensor); each region 256-byte aligned.
+    const int64_t tensors = L * 4 * 3;
+    const int64_t counters = 3 * int64_t{sizeof(uint64_t)};
+    auto align256 = [](int64_t n) { return (n + 255) / 256 * 256; };
+    const int64_t state = 3 * align256(tensors * 4) + align256(tensors * 256) +
+                          align256(tensors * H * 4) + align256(tensors * counters);
+    // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows.
+    const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
+    // The cast scratch, and where the recompute's casts put their statistics.
+    const int64_t scratch = N * std::max(C, F) + 2 * N * std::max(3 * C, F) + 8 + counters;
+    // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps its
+    // input's transpose [K, N] and the weight [OC, K] with its transpose.
+    const int64_t linears = N * (3 * C + F) + 2 * (3 * C * C + C * C + C * F + F * C);
+    e.fp8_bytes = state + scratch + L * linears;
+  }
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;
-  e.total_bytes =
-      e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes + e.runtime_bytes;
+  e.total_bytes = e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes +
+                  e.fp8_bytes + e.runtime_bytes;
   return e;
 }
 
@@ -91,6 +115,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e) {
   std::string out = absl::StrCat(GiB(e.total_bytes), " (params ", GiB(e.params_bytes), ", grads ",
                                  GiB(e.grads_bytes), ", optimizer ", GiB(e.optimizer_bytes),
                                  ", activations ", GiB(e.activations_bytes));
+  if (e.fp8_bytes > 0) absl::StrAppend(&out, ", FP8 ", GiB(e.fp8_bytes));
   if (e.runtime_bytes > 0) absl::StrAppend(&out, ", CUDA runtime ", GiB(e.runtime_bytes));
   absl::StrAppend(&out, ")");
   return out;

@@ -6,8 +6,13 @@
 // AdamW moments (and FP32 master weights when the compute dtype is narrower) in FP32, a
 // one-byte weight-decay mask, and one activation arena for max(batch*seq_len, context) token
 // rows (every sub-buffer 64-byte aligned) laid out as training.activation_checkpointing
-// ("none", "mlp", "full"; empty reads as none) says. On cuda it adds kCudaRuntimeReserveBytes for the
-// CUDA context and cuBLASLt workspace, which the trainer does not allocate through the model.
+// ("none", "mlp", "full"; empty reads as none) says. Precision fp8 trains in the backend's
+// compute dtype (bf16 on cuda, fp32 on the cpu emulation) and adds the FP8 buffers of
+// worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), the
+// forward input and backward gradient cast scratch (and its transpose), and per layer and
+// Linear the saved transposed FP8 input and the FP8 weight and its transpose. On cuda it adds
+// kCudaRuntimeReserveBytes for the CUDA context and cuBLASLt workspace, which the trainer does
+// not allocate through the model.
 //
 // Thread-safe: plain functions over values.
 #ifndef BOULDER_COMMON_MEMORY_ESTIMATE_H_
@@ -32,19 +37,20 @@ struct MemoryEstimate {
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;  // AdamW m and v, FP32 master weights, the decay mask
   int64_t activations_bytes = 0;
+  int64_t fp8_bytes = 0;      // precision fp8 only
   int64_t runtime_bytes = 0;  // kCudaRuntimeReserveBytes on cuda, 0 on cpu
   int64_t total_bytes = 0;    // the sum of the above
 };
 
-// The estimate for `resolved` trained at `precision` ("fp32" or "bf16"; what
+// The estimate for `resolved` trained at `precision` ("fp32", "bf16" or "fp8"; what
 // EffectivePrecision returns) on `backend` ("cpu" or "cuda").
 // INVALID_ARGUMENT for another precision or backend, or a spec whose model is not resolved.
 absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolved,
                                                       absl::string_view precision,
                                                       absl::string_view backend);
 
-// "2.4 GiB (params 0.1 GiB, grads 0.1 GiB, optimizer 0.4 GiB, activations 0.8 GiB, CUDA
-// runtime 1.0 GiB)".
+// "2.4 GiB (params 0.1 GiB, grads 0.1 GiB, optimizer 0.4 GiB, activations 0.8 GiB, FP8
+// 0.1 GiB, CUDA runtime 1.0 GiB)" (FP8 only when there are FP8 buffers).
 std::string FormatMemoryEstimate(const MemoryEstimate& estimate);
 
 }  // namespace boulder::common

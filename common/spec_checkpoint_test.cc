@@ -99,10 +99,40 @@ TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
   EXPECT_THAT(FormatMemoryEstimate(*gpu), HasSubstr("CUDA runtime 1.00 GiB"));
 }
 
+TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
+  // The seed job in FP8 on the GPU: BF16 parameters, gradients, optimizer state and
+  // activations, plus the FP8 buffers (worker/engine/resume_test.cc checks them against the
+  // model's allocation).
+  absl::StatusOr<v1::JobSpec> spec = Load("precision: fp8");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
+  absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
+  ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
+  EXPECT_EQ(bf16->fp8_bytes, 0);
+  EXPECT_EQ(fp8->params_bytes, bf16->params_bytes);
+  EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes);
+  // 4 layers, C 768, F 3072, N = 32 x 256 rows, history 16: per layer N(3C+F) + 2(3C² + C² +
+  // 2CF) bytes, the cast scratch N·max(C,F) + 2·N·max(3C,F), and 48 tensors' scaling state
+  // (3 float vectors, scale_inv on a 256-byte slot, a 16-entry history, 3 uint64 counters
+  // each; every region 256-byte aligned).
+  const int64_t C = 768, F = 3072, N = 32 * 256, L = 4;
+  const int64_t layers = L * (N * (3 * C + F) + 2 * (4 * C * C + 2 * C * F));
+  const int64_t scratch = N * F + 2 * N * F + 32;  // F > 3C; the recompute's discard slot
+  const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
+  EXPECT_EQ(fp8->fp8_bytes, layers + scratch + state);
+  EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes);
+  EXPECT_THAT(FormatMemoryEstimate(*fp8), HasSubstr(", FP8 0."));
+  // Emulated on the cpu: FP32 elsewhere.
+  absl::StatusOr<MemoryEstimate> emulated = EstimateTrainingMemory(*spec, "fp8", "cpu");
+  ASSERT_TRUE(emulated.ok());
+  EXPECT_EQ(emulated->params_bytes, 2 * fp8->params_bytes);
+  EXPECT_EQ(emulated->fp8_bytes, fp8->fp8_bytes);
+}
+
 TEST(MemoryEstimateTest, RejectsUnknownPrecisionAndBackend) {
   absl::StatusOr<v1::JobSpec> spec = Load("{}");
   ASSERT_TRUE(spec.ok());
-  EXPECT_EQ(EstimateTrainingMemory(*spec, "fp8", "cuda").status().code(),
+  EXPECT_EQ(EstimateTrainingMemory(*spec, "fp16", "cuda").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EstimateTrainingMemory(*spec, "fp32", "tpu").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -373,20 +373,6 @@ absl::Status ValidateFp8(const v1::JobSpec& spec) {
     status = CheckRange("fp8.max_consecutive_skips", f.max_consecutive_skips(), 1, 1000000);
   }
   if (!status.ok() || spec.precision() != "fp8") return status;
-  if (spec.resources().workers() > 1) {
-    return Invalid("precision", absl::StrCat("fp8 with resources.workers ",
-                                             spec.resources().workers(),
-                                             " is not supported yet (a step skipped for a "
-                                             "non-finite loss must be skipped on every rank); "
-                                             "use bf16 or one worker"));
-  }
-  const std::string& recompute = spec.training().activation_checkpointing();
-  if (!recompute.empty() && recompute != "none") {
-    return Invalid("training.activation_checkpointing",
-                   absl::StrCat("'", recompute,
-                                "' is not supported with precision fp8 yet (the recomputed "
-                                "forward would run in bf16); use none"));
-  }
   const std::string& backend = spec.resources().backend();
   if (f.emulate()) {
     if (backend == "cuda") {

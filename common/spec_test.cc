@@ -133,6 +133,21 @@ TEST(SpecExamplesTest, MinigptFp8IsTheSeedJobInFp8) {
   ExpectAllSet(fp8, "");
 }
 
+TEST(SpecExamplesTest, Fp8WithSeveralWorkersOrActivationCheckpointingIsAccepted) {
+  // The ranks all-reduce their amaxes and agree on skipped steps (worker/engine/data_parallel.h).
+  const v1::JobSpec gpu = MustLoad(ReadExample("minigpt-fp8.yaml"), {"resources.workers=4"});
+  EXPECT_EQ(gpu.resources().workers(), 4);
+  EXPECT_EQ(RequiredBackend(gpu), "cuda");
+  const v1::JobSpec cpu =
+      MustLoad(ReadExample("minigpt-fp8.yaml"), {"resources.workers=2", "fp8.emulate=true"});
+  EXPECT_EQ(cpu.resources().workers(), 2);
+  EXPECT_EQ(RequiredBackend(cpu), "cpu");
+  // And with activation checkpointing (the recomputed FP8 Linears reuse the step's scales).
+  const v1::JobSpec recompute =
+      MustLoad(ReadExample("minigpt-fp8.yaml"), {"training.activation_checkpointing=mlp"});
+  EXPECT_EQ(recompute.training().activation_checkpointing(), "mlp");
+}
+
 TEST(SpecDefaultsTest, EmptySpecResolvesToTheSeedJob) {
   const v1::JobSpec spec = MustLoad("{}");
   ExpectAllSet(spec, "");

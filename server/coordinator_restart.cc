@@ -39,7 +39,7 @@ absl::Status Coordinator::CheckMemoryAtSubmit(const v1::JobSpec& spec) {
   if (!precision.ok()) return absl::OkStatus();  // the scheduler and trainer say why
   absl::StatusOr<common::MemoryEstimate> estimate =
       common::EstimateTrainingMemory(spec, *precision, "cuda");
-  if (!estimate.ok()) return absl::OkStatus();  // no estimate for this precision (fp8)
+  if (!estimate.ok()) return absl::OkStatus();  // no estimate for this precision
   const WorkerEntry* largest = nullptr;
   int cuda_workers = 0;
   for (const auto& [id, e] : workers_) {

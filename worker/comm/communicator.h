@@ -36,7 +36,9 @@
 
 namespace boulder::comm {
 
-enum class ReduceOp { kSum, kAvg };
+// kMax: the element-wise maximum (FP8 amaxes, agreed flags); NaN handling is the library's,
+// but every rank receives the same result.
+enum class ReduceOp { kSum, kAvg, kMax };
 
 struct CommOptions {
   int rank = 0;

@@ -178,8 +178,9 @@ class GlooCommunicator final : public Communicator {
     if (count == 0) return;
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+    using Reduce = void (*)(void*, const void*, const void*, size_t);
+    opts.setReduceFunction(op == ReduceOp::kMax ? static_cast<Reduce>(&gloo::max<T>)
+                                                : static_cast<Reduce>(&gloo::sum<T>));
     opts.setTimeout(ToChrono(options_.timeout));
     gloo::allreduce(opts);
     if (op == ReduceOp::kAvg) {

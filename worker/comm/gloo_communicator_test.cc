@@ -61,6 +61,21 @@ TEST(GlooCommunicatorTest, AllReduceSumAndAverage) {
   });
 }
 
+TEST(GlooCommunicatorTest, AllReduceMax) {
+  TestRendezvousServer server;
+  RunRanks(server, 3, [](int r, Communicator* c) {
+    // Each rank holds the largest value in a different slot; zeros and negatives stay ordered.
+    std::vector<float> f = {r == 0 ? 7.5f : 1.0f, r == 1 ? 3e38f : 0.0f, r == 2 ? -1.0f : -4.0f,
+                            0.0f};
+    ASSERT_TRUE(c->AllReduce(f.data(), f.size(), DType::kF32, ReduceOp::kMax).ok());
+    EXPECT_EQ(f, (std::vector<float>{7.5f, 3e38f, -1.0f, 0.0f}));
+    std::vector<double> d = {static_cast<double>(r)};
+    ASSERT_TRUE(c->AllReduceAsync(d.data(), d.size(), DType::kF64, ReduceOp::kMax).ok());
+    ASSERT_TRUE(c->WaitAll().ok());
+    EXPECT_EQ(d[0], 2.0);
+  });
+}
+
 TEST(GlooCommunicatorTest, BroadcastAndBarrier) {
   TestRendezvousServer server;
   RunRanks(server, 3, [](int r, Communicator* c) {

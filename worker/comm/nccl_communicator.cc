@@ -66,6 +66,18 @@ absl::StatusOr<ncclDataType_t> NcclType(kernels::DType dtype) {
   return absl::InvalidArgumentError("nccl: unknown dtype");
 }
 
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kSum:
+      break;
+  }
+  return ncclSum;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const CommOptions& options, std::unique_ptr<RendezvousClient> client,
@@ -150,10 +162,8 @@ class NcclCommunicator final : public Communicator {
     absl::StatusOr<ncclDataType_t> type = NcclType(dtype);
     if (!type.ok()) return type.status();
     if (absl::Status s = OrderAfterCompute(); !s.ok()) return Fail("all-reduce", s);
-    absl::Status s =
-        NcclStatus(ncclAllReduce(data, data, count, *type, op == ReduceOp::kAvg ? ncclAvg : ncclSum,
-                                 comm_, stream_),
-                   "ncclAllReduce", __FILE__, __LINE__);
+    absl::Status s = NcclStatus(ncclAllReduce(data, data, count, *type, NcclOp(op), comm_, stream_),
+                                "ncclAllReduce", __FILE__, __LINE__);
     if (s.ok()) s = Settle("ncclAllReduce");
     if (!s.ok()) return Fail("all-reduce", s);
     pending_ = true;

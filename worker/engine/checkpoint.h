@@ -22,8 +22,9 @@
 //   "data"      data-loader position (arithmetic data: the next step; batches are a pure
 //               function of (seed, rank, step, micro-batch))
 //   "rng"       the engine's counter-based RNG streams (seeds; no hidden state to carry)
+//   "fp8_scaling"  precision fp8 only: every FP8 tensor's scale, scale_inv and amax history
+//               (Fp8State::SaveScaling); the skip counters are in "meta"
 // Sections reserved for other features, so readers can grow without a format change:
-//   "fp8_scaling"  FP8 delayed-scaling amax histories and scales (issue 4)
 //   "token_data"   a token-file loader's position: file, offset, shuffle epoch (issue 10)
 // Readers ignore sections they do not know; a writer adds a section by name.
 //

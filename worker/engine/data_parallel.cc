@@ -81,8 +81,8 @@ void DataParallel::ReduceDuringNextBackward(bool reduce) {
     // gradient at all.
     const std::optional<size_t> g = model_->GradOffset(b.offset);
     if (!g.has_value()) return;
-    issue_error_ = comm_->AllReduceAsync(static_cast<char*>(model_->grads()) + *g * elem,
-                                         b.numel, backend_->compute_dtype(), comm::ReduceOp::kAvg);
+    issue_error_ = comm_->AllReduceAsync(static_cast<char*>(model_->grads()) + *g * elem, b.numel,
+                                         backend_->compute_dtype(), comm::ReduceOp::kAvg);
   });
 }
 
@@ -91,6 +91,28 @@ absl::StatusOr<double> DataParallel::FinishGradients() {
   absl::StatusOr<double> waited = comm_->WaitAll();
   if (!issue_error_.ok()) return issue_error_;
   return waited;
+}
+
+absl::StatusOr<bool> DataParallel::AllRanksFinite(bool local_finite) {
+  // The maximum of every rank's "non-finite" flag.
+  const double flag = local_finite ? 0.0 : 1.0;
+  backend_->CopyFromHost(scratch_, &flag, sizeof(double));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  if (absl::Status s = comm_->AllReduce(scratch_, 1, kernels::DType::kF64, comm::ReduceOp::kMax);
+      !s.ok()) {
+    return s;
+  }
+  double any_non_finite = 0.0;
+  backend_->CopyToHost(&any_non_finite, scratch_, sizeof(double));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  return any_non_finite == 0.0;
+}
+
+absl::Status DataParallel::ReduceFp8Amaxes(Fp8State* state) {
+  // The communicator orders itself after the backend's stream (NCCL) or runs after the
+  // synchronous CPU backend's casts (Gloo, host memory).
+  return comm_->AllReduce(state->amax(0), static_cast<size_t>(state->num_tensors()),
+                          kernels::DType::kF32, comm::ReduceOp::kMax);
 }
 
 absl::StatusOr<double> DataParallel::AverageLoss(double local) {

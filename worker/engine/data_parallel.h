@@ -8,6 +8,11 @@
 //   - a periodic comparison of parameter checksums across ranks.
 // The loss is averaged across ranks for reporting.
 //
+// FP8 (precision fp8, see fp8_state.h), as Transformer Engine's reduce_amax: before each scale
+// update every FP8 tensor's amax is replaced by its maximum over the ranks, so every rank
+// rolls the same amax into its history and keeps the same scales; and a step is skipped
+// (non-finite loss or gradients) on every rank when it is non-finite on any.
+//
 // Thread-safety: none; used by the training loop's thread. The Model and Backend are not
 // owned and must outlive this object.
 #ifndef BOULDER_WORKER_ENGINE_DATA_PARALLEL_H_
@@ -21,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "worker/comm/communicator.h"
+#include "worker/engine/fp8_state.h"
 #include "worker/engine/model.h"
 
 namespace boulder::engine {
@@ -44,6 +50,14 @@ class DataParallel {
 
   // The mean of `local` over the ranks.
   absl::StatusOr<double> AverageLoss(double local);
+
+  // Whether `local_finite` holds on every rank (false when any rank saw a non-finite loss or
+  // gradient): the same answer on every rank, so all skip a step or none.
+  absl::StatusOr<bool> AllRanksFinite(bool local_finite);
+
+  // Replaces each of `state`'s amaxes (this step's, before Fp8State::UpdateScales) by its
+  // maximum over the ranks. Blocking; on CUDA the backend's stream is ordered after it.
+  absl::Status ReduceFp8Amaxes(Fp8State* state);
 
   // Compares a checksum of the parameters (and master weights) across ranks and returns the
   // one they share. INTERNAL naming the ranks whose replica differs from rank 0's, on every

@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   absl::StatusOr<void*> block = backend->Alloc(total);
   if (!block.ok()) return block.status();
   s->block_ = *block;
+  s->bytes_ = total;
   char* p = static_cast<char*>(*block);
   s->scale_ = reinterpret_cast<float*>(p);
   s->amax_ = reinterpret_cast<float*>(p + vec);
@@ -136,6 +137,79 @@ void Fp8State::ResetStep(bool discard_amax) {
                     static_cast<size_t>(n_) * kernels::kFp8CountersPerTensor * sizeof(uint64_t));
   if (discard_amax) backend_->Memset0(amax_, static_cast<size_t>(n_) * sizeof(float));
   std::fill(elements_.begin(), elements_.end(), 0);
+}
+
+namespace {
+
+// "fp8_scaling" section layout (little-endian): magic, u32 version, u32 tensors, u32 history
+// length, u32 format (1 hybrid, 0 e4m3), then f32 scale[n], scale_inv[n], history[n * H].
+constexpr char kScalingMagic[8] = {'B', 'F', 'P', '8', 'S', 'C', 'A', 'L'};
+constexpr uint32_t kScalingVersion = 1;
+constexpr size_t kScalingHeader = sizeof(kScalingMagic) + 4 * sizeof(uint32_t);
+
+const char* FormatName(bool hybrid) { return hybrid ? "hybrid" : "e4m3"; }
+
+}  // namespace
+
+absl::StatusOr<std::string> Fp8State::SaveScaling() {
+  const size_t n = n_, H = options_.amax_history_len;
+  std::string out(kScalingHeader + (2 * n + n * H) * sizeof(float), '\0');
+  char* p = out.data();
+  std::memcpy(p, kScalingMagic, sizeof(kScalingMagic));
+  const uint32_t header[4] = {kScalingVersion, static_cast<uint32_t>(n), static_cast<uint32_t>(H),
+                              options_.hybrid ? 1u : 0u};
+  std::memcpy(p + sizeof(kScalingMagic), header, sizeof(header));
+  p += kScalingHeader;
+  backend_->CopyToHost(p, scale_, n * sizeof(float));
+  // One copy per scale_inv: their slots need not be contiguous (see scale_inv()).
+  for (int i = 0; i < n_; ++i) {
+    backend_->CopyToHost(p + (n + i) * sizeof(float), scale_inv(i), sizeof(float));
+  }
+  backend_->CopyToHost(p + 2 * n * sizeof(float), history_, n * H * sizeof(float));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  return out;
+}
+
+absl::Status Fp8State::RestoreScaling(absl::string_view bytes) {
+  if (bytes.size() < kScalingHeader ||
+      std::memcmp(bytes.data(), kScalingMagic, sizeof(kScalingMagic)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("fp8_scaling: not an FP8 scaling state (", bytes.size(), " bytes)"));
+  }
+  uint32_t header[4];
+  std::memcpy(header, bytes.data() + sizeof(kScalingMagic), sizeof(header));
+  if (header[0] != kScalingVersion) {
+    return absl::DataLossError(
+        absl::StrCat("fp8_scaling: version ", header[0], ", this build reads ", kScalingVersion));
+  }
+  const size_t n = n_, H = options_.amax_history_len;
+  if (header[1] != n) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fp8_scaling: written for ", header[1], " FP8 tensors, this model has ", n));
+  }
+  if (header[2] != H) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "fp8_scaling: written with fp8.amax_history_len ", header[2], ", this job has ", H));
+  }
+  if ((header[3] != 0) != options_.hybrid) {
+    return absl::FailedPreconditionError(absl::StrCat("fp8_scaling: written with fp8.format ",
+                                                      FormatName(header[3] != 0), ", this job has ",
+                                                      FormatName(options_.hybrid)));
+  }
+  const size_t want = kScalingHeader + (2 * n + n * H) * sizeof(float);
+  if (bytes.size() != want) {
+    return absl::DataLossError(
+        absl::StrCat("fp8_scaling: ", bytes.size(), " bytes, expected ", want));
+  }
+  const char* p = bytes.data() + kScalingHeader;
+  backend_->CopyFromHost(scale_, p, n * sizeof(float));
+  for (int i = 0; i < n_; ++i) {
+    backend_->CopyFromHost(scale_inv(i), p + (n + i) * sizeof(float), sizeof(float));
+  }
+  backend_->CopyFromHost(history_, p + 2 * n * sizeof(float), n * H * sizeof(float));
+  backend_->Memset0(amax_, n * sizeof(float));
+  ResetStep(/*discard_amax=*/true);
+  return backend_->Synchronize();
 }
 
 std::string Fp8State::FirstNonFinite(const std::vector<Fp8TensorStat>& stats) {

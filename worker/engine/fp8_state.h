@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 
 namespace boulder::engine {
@@ -65,6 +66,8 @@ class Fp8State {
   Fp8State& operator=(const Fp8State&) = delete;
 
   int num_tensors() const { return n_; }
+  // Bytes allocated from the backend (one block).
+  size_t bytes() const { return bytes_; }
   int Index(int layer, Fp8Linear t, Fp8Role r) const {
     return (layer * kLinears + static_cast<int>(t)) * kRoles + static_cast<int>(r);
   }
@@ -72,7 +75,9 @@ class Fp8State {
     return options_.hybrid && r == Fp8Role::kGradOutput ? kernels::Fp8Format::kE5M2
                                                         : kernels::Fp8Format::kE4M3;
   }
-  // Device pointers of tensor i's slots.
+  // Device pointers of tensor i's slots; each kind is one contiguous array over i (so
+  // amax(0) is the whole step's amax array of num_tensors() floats, as a data-parallel
+  // all-reduce needs).
   float* scale(int i) const { return scale_ + i; }
   // Each scale_inv on its own 256-byte slot (kScaleInvStride floats apart): cuBLASLt's FP8
   // GEMMs reject a scale pointer that is only 4-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED from
@@ -95,6 +100,16 @@ class Fp8State {
   // discard_amax also the step's amaxes (a skipped step must not reach the histories).
   void ResetStep(bool discard_amax);
 
+  // The scaling state a checkpoint carries (its "fp8_scaling" section): every tensor's scale,
+  // scale_inv and amax history, with the tensor count, history length and format they were
+  // made for. The step's amaxes and counters are not in it: a checkpoint is taken between
+  // steps, when they are zero. Synchronises with the backend.
+  absl::StatusOr<std::string> SaveScaling();
+  // Loads what SaveScaling wrote into this state (and zeroes the step's amaxes and counters).
+  // FAILED_PRECONDITION when it was made for another tensor count (layers), history length or
+  // format (naming both); DATA_LOSS when the bytes are malformed.
+  absl::Status RestoreScaling(absl::string_view bytes);
+
   // "layer 2 fc1 grad_output": the first tensor (forward order, then backward order) with a
   // non-finite element or amax in `stats`; empty when none.
   static std::string FirstNonFinite(const std::vector<Fp8TensorStat>& stats);
@@ -107,6 +122,7 @@ class Fp8State {
   int layers_;
   int n_;
   void* block_ = nullptr;
+  size_t bytes_ = 0;
   float* scale_ = nullptr;
   float* scale_inv_ = nullptr;
   float* amax_ = nullptr;

@@ -278,6 +278,86 @@ TEST(TrainerFp8Test, NonFiniteStepsAreSkippedThenTheJobFailsNamingATensor) {
   EXPECT_EQ(r.steps.front().step(), 1);
 }
 
+// Activation checkpointing in FP8: the backward recomputes a layer's FP8 Linears with the
+// step's scales and FP8 weights, so activations, gradients and the loss are bit-identical to
+// keeping them; and the recomputed casts record nothing, so every tensor's amax, counters and
+// element tally are exactly those of the run without recomputation.
+TEST(ModelFp8Test, RecomputedLayersMatchKeptOnesBitForBitWithoutRecountingStatistics) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  ArithmeticData data(96, 6, 3);
+  struct Result {
+    std::vector<double> losses;
+    std::vector<float> grads;
+    std::vector<Fp8TensorStat> stats;
+  };
+  auto run = [&](Recompute mode) {
+    Result r;
+    ModelOptions o = SmallOptions(true);
+    o.config.layers = 3;  // the last layer is never recomputed; two are
+    o.grad_accum_steps = 2;
+    o.recompute = mode;
+    auto m = Model::Create(cpu.get(), o);
+    EXPECT_TRUE(m.ok()) << m.status();
+    Model& model = **m;
+    for (int step = 1; step <= 2; ++step) {
+      model.ZeroGrad();
+      for (int micro = 0; micro < 2; ++micro) {
+        const Batch batch = data.Get(0, step, micro, o.batch_size, o.seq_len);
+        absl::StatusOr<double> loss = model.Forward(batch.inputs, batch.targets);
+        EXPECT_TRUE(loss.ok());
+        r.losses.push_back(*loss);
+        EXPECT_TRUE(model.Backward().ok());
+      }
+      if (step == 2) {
+        r.grads.resize(model.num_trainable_params());
+        cpu->CopyToHost(r.grads.data(), model.grads(), r.grads.size() * sizeof(float));
+      }
+      EXPECT_TRUE(model.OptimizerStep(1e-2f, step).ok());
+      EXPECT_TRUE(model.Fp8EndStep(true, &r.stats).ok());
+    }
+    return r;
+  };
+  const Result kept = run(Recompute::kNone);
+  for (Recompute mode : {Recompute::kMlp, Recompute::kFull}) {
+    SCOPED_TRACE(mode == Recompute::kMlp ? "mlp" : "full");
+    const Result re = run(mode);
+    EXPECT_EQ(re.losses, kept.losses);
+    EXPECT_EQ(re.grads, kept.grads);
+    ASSERT_EQ(re.stats.size(), kept.stats.size());
+    for (size_t i = 0; i < kept.stats.size(); ++i) {
+      const Fp8TensorStat& a = re.stats[i];
+      const Fp8TensorStat& b = kept.stats[i];
+      SCOPED_TRACE(absl::StrCat(b.layer, " ", Fp8LinearName(b.linear), " ", Fp8RoleName(b.role)));
+      EXPECT_EQ(a.scale, b.scale);
+      EXPECT_EQ(a.amax, b.amax);
+      EXPECT_EQ(a.amax_history_max, b.amax_history_max);
+      EXPECT_EQ(a.elements, b.elements);
+      EXPECT_EQ(a.saturated_ratio, b.saturated_ratio);
+      EXPECT_EQ(a.underflow_ratio, b.underflow_ratio);
+      EXPECT_EQ(a.non_finite, b.non_finite);
+    }
+  }
+  // One step's input cast of a Linear counts its two micro-batches once each.
+  const Fp8TensorStat& in = kept.stats[0];
+  EXPECT_EQ(in.elements, 2 * 4 * 32 * 64);
+}
+
+TEST(TrainerFp8Test, ActivationCheckpointingInFp8TrainsExactlyLikeKeepingActivations) {
+  v1::JobSpec spec = SmallSpec("fp8", 6);
+  spec.mutable_training()->set_log_every_steps(1);
+  spec.mutable_generation()->set_tokens(0);
+  TrainRun none = Train(spec);
+  spec.mutable_training()->set_activation_checkpointing("full");
+  TrainRun full = Train(spec);
+  ASSERT_TRUE(none.status.ok()) << none.status;
+  ASSERT_TRUE(full.status.ok()) << full.status;
+  ASSERT_EQ(full.steps.size(), none.steps.size());
+  for (size_t i = 0; i < none.steps.size(); ++i) {
+    EXPECT_EQ(full.steps[i].loss(), none.steps[i].loss()) << "step " << i + 1;
+    EXPECT_EQ(full.steps[i].grad_norm(), none.steps[i].grad_norm());
+  }
+}
+
 TEST(TrainerFp8Test, RealFp8NeedsAGpuWithFp8) {
   v1::JobSpec spec = SmallSpec("fp8", 1);
   spec.mutable_fp8()->set_emulate(false);

@@ -195,7 +195,7 @@ absl::Status Model::Allocate() {
 size_t Model::total_bytes() const {
   const size_t n = layout_.num_params(), nt = num_trainable_;
   return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + nt +
-         arena_bytes_;
+         arena_bytes_ + fp8_bytes_;
 }
 
 absl::StatusOr<std::vector<float>> Model::GetParameters() {
@@ -400,7 +400,11 @@ absl::Status Model::Backward() {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     // The shared buffers still hold the last layer's activations from the forward.
-    if (options_.recompute != Recompute::kNone && l != c.layers - 1) RecomputeLayer(l);
+    if (options_.recompute != Recompute::kNone && l != c.layers - 1) {
+      fp8_recompute_ = true;
+      RecomputeLayer(l);
+      fp8_recompute_ = false;
+    }
     // fc2's input, GELU(fc_pre), is one buffer shared by all layers that still holds the last
     // layer's from the forward: recompute it for the others. In every recompute mode from the
     // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
@@ -458,17 +462,18 @@ void Model::RecomputeLayer(int l) {
     const void* residual = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, P(TensorKind::kLn1Weight, l),
                         P(TensorKind::kLn1Bias, l), N, C);
-    be.MatmulForward(la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
-                     P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
+    Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
+           P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
     be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
-    be.MatmulForward(act_.scratch, nullptr, la.atty, P(TensorKind::kAttnProjWeight, l),
-                     P(TensorKind::kAttnProjBias, l), N, C, C, Epilogue::kNone);
+    Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
+           P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
+           Epilogue::kNone);
     be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
                                 act_.scratch, P(TensorKind::kLn2Weight, l),
                                 P(TensorKind::kLn2Bias, l), N, C);
   }
-  be.MatmulForward(la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
-                   P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
+  Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
+         P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
 }
 
 void Model::ZeroGrad() { backend_->Memset0(grads_, num_trainable_ * elem_); }

@@ -55,7 +55,9 @@ struct AdamWConfig {
 // The recomputation runs the same ops on the same inputs, so the loss and the gradients are
 // bit-identical to kNone's; the arena (activation_bytes()) shrinks. (On cuda the recomputed
 // GELU is computed from the BF16 pre-activation, where the forward's GEMM epilogue used the
-// FP32 one: fc2's weight gradient sees values within one BF16 rounding of the forward's.)
+// FP32 one: fc2's weight gradient sees values within one BF16 rounding of the forward's.) In
+// FP8 the recomputed Linears cast with the step's scales and FP8 weights and record no amax or
+// counters (the forward did); the FP8 inputs' transposes are kept per layer, not recomputed.
 enum class Recompute { kNone, kMlp, kFull };
 
 struct ModelOptions {
@@ -148,7 +150,10 @@ class Model {
   // Replaces every parameter (and its master copy). INVALID_ARGUMENT: wrong length.
   absl::Status SetParameters(const std::vector<float>& values);
   size_t activation_bytes() const { return arena_bytes_; }
-  // Every byte this model allocated (parameters, gradients, optimizer state, activations).
+  // The FP8 buffers (options.fp8.enabled; else 0): the scaling state, the cast scratch and the
+  // per-Linear FP8 copies (model_fp8.cc).
+  size_t fp8_bytes() const { return fp8_bytes_; }
+  // Every byte this model allocated (parameters, gradients, optimizer state, activations, FP8).
   size_t total_bytes() const;
 
   // Device buffers of compute-dtype elements: params() holds num_params() laid out by
@@ -272,7 +277,12 @@ class Model {
   uint8_t* fp8_dout_ = nullptr;                // backward scratch [rows, max(3C, F)]
   uint8_t* fp8_dout_t_ = nullptr;              // its transpose
   int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
+  size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
+  bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
+  // Where a recomputed cast's amax and counters go (nobody reads them): float, then
+  // kFp8CountersPerTensor uint64 at byte 8.
+  uint8_t* fp8_discard_ = nullptr;
 };
 
 }  // namespace boulder::engine

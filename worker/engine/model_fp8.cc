@@ -4,8 +4,11 @@
 //             weight gradient); weight -> cast-transpose once per optimizer step;
 //             out = FP8 GEMM (fast accumulation) + bias, then GELU for fc1;
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
-//             in hybrid) in one Backend::CastFp8Grad; dinp = FP8 GEMM(dout, weightᵀ); dweight += FP8 GEMM(doutᵀ, inputᵀ).
-// The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep.
+//             in hybrid) in one Backend::CastFp8Grad; dinp = FP8 GEMM(dout, weightᵀ);
+//             dweight += FP8 GEMM(doutᵀ, inputᵀ).
+// The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep. Activation
+// checkpointing recomputes a layer's FP8 Linears in the backward with the step's scales and
+// FP8 weights, recording nothing (see Linear).
 #include <algorithm>
 #include <utility>
 
@@ -20,16 +23,19 @@ absl::Status Model::AllocateFp8() {
   absl::StatusOr<std::unique_ptr<Fp8State>> state = Fp8State::Create(backend_, f, c.layers);
   if (!state.ok()) return state.status();
   fp8_ = std::move(*state);
+  fp8_bytes_ = fp8_->bytes();
   const size_t N = static_cast<size_t>(options_.batch_size) * options_.seq_len;
   const size_t C = c.hidden, F = c.ffn;
   auto alloc = [this](size_t bytes, uint8_t** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
     allocations_.push_back(*p);
+    fp8_bytes_ += bytes;
     *out = static_cast<uint8_t*>(*p);
     return absl::OkStatus();
   };
-  absl::Status s = alloc(N * std::max(C, F), &fp8_input_);
+  absl::Status s = alloc(8 + kernels::kFp8CountersPerTensor * sizeof(uint64_t), &fp8_discard_);
+  if (s.ok()) s = alloc(N * std::max(C, F), &fp8_input_);
   if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_);
   if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_t_);
   fp8_linears_.resize(static_cast<size_t>(c.layers) * Fp8State::kLinears);
@@ -51,7 +57,7 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
                    const void* weight, const void* bias, int N, int C, int OC,
                    kernels::Epilogue epilogue) {
   kernels::Backend& be = *backend_;
-  if (fp8_ == nullptr || !fp8_training_forward_) {
+  if (fp8_ == nullptr || !(fp8_training_forward_ || fp8_recompute_)) {
     be.MatmulForward(out, pre_gelu, inp, weight, bias, N, C, OC, epilogue);
     return;
   }
@@ -61,8 +67,20 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   const int in = s.Index(layer, t, Fp8Role::kInput), w = s.Index(layer, t, Fp8Role::kWeight);
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
   const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
-  be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
-  s.AddElements(in, static_cast<int64_t>(N) * C);
+  if (fp8_recompute_) {
+    // The backward's recomputation (activation checkpointing): the same input cast with the
+    // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
+    // forward already recorded this cast's amax and counters and kept its transpose (per
+    // layer, for the weight gradient): nothing is recorded or kept again.
+    be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in),
+               reinterpret_cast<float*>(fp8_discard_),
+               reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
+  } else {
+    be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
+    s.AddElements(in, static_cast<int64_t>(N) * C);
+  }
+  // The weights do not change between a forward and its backward: a recompute finds them
+  // cast already.
   if (b.weight_version != fp8_weight_version_) {
     be.CastFp8(b.weight, b.weight_t, weight, OC, C, w_fmt, s.scale(w), s.amax(w), s.counts(w));
     s.AddElements(w, static_cast<int64_t>(OC) * C);

@@ -348,25 +348,26 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   const int64_t tokens_per_step = static_cast<int64_t>(B) * T * accum;
   int64_t tokens_processed = 0;
   int64_t first_step = 1;
+  ResumePoint resume;  // the counters a checkpoint restores
   if (!o.checkpoint_dir.empty()) {
     auto resumed = RestoreTrainerCheckpoint(
         **backend, model, spec, o.checkpoint_dir,
         [&o](absl::string_view w) { Notice(o, absl::StrCat("warning: ", w)); });
     if (!resumed.ok()) return resumed.status();
     if (resumed->has_value()) {
-      first_step = (*resumed)->step + 1;
-      tokens_processed = (*resumed)->tokens_processed;
+      resume = **resumed;
+      first_step = resume.step + 1;
+      tokens_processed = resume.tokens_processed;
       Notice(o, absl::StrCat("resumed from checkpoint ", (*resumed)->path, " at step ",
                              (*resumed)->step, " of ", total));
     }
   }
   const int every = spec.checkpoint().every_steps();
-  // Optimizer steps taken (AdamW's bias correction); a resumed run has taken every step before
-  // its first (FP8 skips are not in checkpoints yet).
-  int64_t applied = first_step - 1;
-  int64_t skipped = 0;  // FP8 steps skipped for non-finite loss or gradients
-  int64_t consecutive_skips = 0;
-  std::string first_overflow;  // of the current run of skipped steps
+  // Optimizer steps taken (AdamW's bias correction) and the FP8 skip counters, as checkpointed.
+  int64_t applied = resume.optimizer_steps;
+  int64_t skipped = resume.fp8_skipped_steps;  // FP8 steps skipped for non-finite values
+  int64_t consecutive_skips = resume.fp8_consecutive_skips;
+  std::string first_overflow = resume.fp8_first_overflow;  // of the current run of skips
   std::vector<Fp8TensorStat> fp8_stats;
   // Step 1 of a run pays one-time costs (lazy kernel loading, GEMM plans and autotuning), so
   // the profile starts one step later when there is one.
@@ -392,8 +393,12 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                            " (training diverged; try a lower training.lr or training.grad_clip)"));
         }
         finite = false;
-        loss = *l;
-        break;
+        // Data parallel: the backward still runs, so this rank joins the other ranks'
+        // gradient all-reduces; the step is then skipped on every rank.
+        if (dp == nullptr) {
+          loss = *l;
+          break;
+        }
       }
       loss += *l / accum;
       if (dp != nullptr) dp->ReduceDuringNextBackward(micro == accum - 1);
@@ -412,6 +417,11 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (!norm.ok()) return norm.status();
       finite = std::isfinite(*norm);
     }
+    if (fp8 && dp != nullptr) {
+      absl::StatusOr<bool> all = dp->AllRanksFinite(finite);
+      if (!all.ok()) return Annotate(all.status(), step);
+      finite = *all;
+    }
     if (!finite) {
       // FP8: skip the step (no update, the step's amaxes discarded) and name the first FP8
       // tensor that saw an inf or NaN.
@@ -419,8 +429,14 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       ++skipped;
       if (++consecutive_skips == 1) {
         first_overflow = Fp8State::FirstNonFinite(fp8_stats);
-        if (first_overflow.empty())
-          first_overflow = "none of the FP8 tensors (BF16 ops overflowed)";
+        if (first_overflow.empty()) {
+          first_overflow = dp == nullptr ? "none of the FP8 tensors (BF16 ops overflowed)"
+                                         : absl::StrCat("none of rank ", o.rank,
+                                                        "'s FP8 tensors (another rank's, or a "
+                                                        "BF16 op, overflowed)");
+        } else if (dp != nullptr) {
+          absl::StrAppend(&first_overflow, " on rank ", o.rank);
+        }
       }
       Info(o,
            absl::StrCat("step ", step, ": skipped (loss ", loss,
@@ -454,6 +470,11 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     const bool report =
         o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate);
     if (fp8) {
+      if (dp != nullptr) {
+        if (absl::Status s = dp->ReduceFp8Amaxes(model.fp8_state()); !s.ok()) {
+          return Annotate(s, step);
+        }
+      }
       if (absl::Status s = model.Fp8EndStep(/*apply=*/true, report ? &fp8_stats : nullptr);
           !s.ok()) {
         return s;
@@ -496,8 +517,15 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
     if (!o.checkpoint_dir.empty() && o.rank == 0 && every > 0 && step % every == 0 &&
         step < total) {
-      absl::Status saved = SaveTrainerCheckpoint(**backend, model, spec, o.checkpoint_dir, step,
-                                                 tokens_processed, spec.checkpoint().keep_last());
+      TrainerProgress progress;
+      progress.step = step;
+      progress.tokens_processed = tokens_processed;
+      progress.optimizer_steps = applied;
+      progress.fp8_skipped_steps = skipped;
+      progress.fp8_consecutive_skips = consecutive_skips;
+      progress.fp8_first_overflow = first_overflow;
+      absl::Status saved = SaveTrainerCheckpoint(**backend, model, spec, o.checkpoint_dir, progress,
+                                                 spec.checkpoint().keep_last());
       if (!saved.ok()) {
         Notice(o, absl::StrCat("warning: checkpoint at step ", step,
                                " not written: ", saved.message()));

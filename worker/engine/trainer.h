@@ -8,8 +8,9 @@
 // start-up.
 //
 // With a checkpoint_dir, a run resumes from the newest valid checkpoint there (step k):
-// steps k+1.. run with the restored parameters, optimizer state and data position, so on the
-// cpu backend the losses equal an uninterrupted run's bit for bit. A failed checkpoint write
+// steps k+1.. run with the restored parameters, optimizer state, data position and (precision
+// fp8) FP8 scaling state and skip counters, so on the cpu backend (FP8 emulation included) the
+// losses equal an uninterrupted run's bit for bit. A failed checkpoint write
 // is reported through on_notice and training goes on (the previous checkpoint stays).
 //
 // Thread-safety: Run() is a blocking call; `stop` may be set from any thread or from a signal

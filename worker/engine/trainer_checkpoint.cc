@@ -62,13 +62,24 @@ std::vector<char> ToHost(kernels::Backend& backend, const void* device, size_t b
 }  // namespace
 
 absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model,
-                                   const v1::JobSpec& spec, const std::string& dir, int64_t step,
-                                   int64_t tokens_processed, int keep_last) {
+                                   const v1::JobSpec& spec, const std::string& dir,
+                                   const TrainerProgress& progress, int keep_last) {
+  const int64_t step = progress.step;
   const size_t pbytes = model.num_params() * kernels::DTypeSize(backend.compute_dtype());
   const size_t sbytes = model.num_trainable_params() * kernels::DTypeSize(backend.state_dtype());
   auto meta_kv = IdentityKeys(backend, model, spec);
   meta_kv.emplace_back("step", absl::StrCat(step));
-  meta_kv.emplace_back("tokens_processed", absl::StrCat(tokens_processed));
+  meta_kv.emplace_back("tokens_processed", absl::StrCat(progress.tokens_processed));
+  meta_kv.emplace_back("optimizer_steps", absl::StrCat(progress.optimizer_steps));
+  std::string fp8_scaling;
+  if (Fp8State* fp8 = model.fp8_state(); fp8 != nullptr) {
+    meta_kv.emplace_back("fp8_skipped_steps", absl::StrCat(progress.fp8_skipped_steps));
+    meta_kv.emplace_back("fp8_consecutive_skips", absl::StrCat(progress.fp8_consecutive_skips));
+    meta_kv.emplace_back("fp8_first_overflow", progress.fp8_first_overflow);
+    absl::StatusOr<std::string> saved = fp8->SaveScaling();
+    if (!saved.ok()) return saved.status();
+    fp8_scaling = *std::move(saved);
+  }
   const std::string meta = ToText(meta_kv);
   const std::string data =
       ToText({{"source", spec.data().source()}, {"next_step", absl::StrCat(step + 1)}});
@@ -93,6 +104,9 @@ absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model
   sections.push_back({"adam_v", v.data(), v.size()});
   sections.push_back({"data", data.data(), data.size()});
   sections.push_back({"rng", rng.data(), rng.size()});
+  if (!fp8_scaling.empty()) {
+    sections.push_back({"fp8_scaling", fp8_scaling.data(), fp8_scaling.size()});
+  }
   return SaveCheckpoint(dir, step, sections, keep_last);
 }
 
@@ -138,6 +152,10 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
   if (!number("tokens_processed", &point.tokens_processed)) {
     return fail("meta has no tokens_processed");
   }
+  point.optimizer_steps = point.step;
+  if (meta.count("optimizer_steps") > 0 && !number("optimizer_steps", &point.optimizer_steps)) {
+    return fail("meta optimizer_steps is not a number");
+  }
   if (point.step > spec.training().steps()) {
     return fail(
         absl::StrCat("step ", point.step, " is past training.steps ", spec.training().steps()));
@@ -160,6 +178,31 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
       return fail(
           absl::StrCat("section ", t.name, " has ", bytes->size(), " bytes, expected ", t.bytes));
     }
+  }
+  Fp8State* fp8 = model.fp8_state();
+  const std::string* fp8_scaling = ckpt.Find("fp8_scaling");
+  if (fp8 != nullptr && fp8_scaling != nullptr) {
+    // Validated (shape, history length, format) before anything is copied into the model.
+    if (absl::Status s = fp8->RestoreScaling(*fp8_scaling); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("checkpoint ", path, ": ", s.message()));
+    }
+    if (meta.count("fp8_skipped_steps") > 0 &&
+        (!number("fp8_skipped_steps", &point.fp8_skipped_steps) ||
+         !number("fp8_consecutive_skips", &point.fp8_consecutive_skips))) {
+      return fail("meta fp8_skipped_steps or fp8_consecutive_skips is not a number");
+    }
+    if (auto it = meta.find("fp8_first_overflow"); it != meta.end()) {
+      point.fp8_first_overflow = it->second;
+    }
+  } else if (fp8 != nullptr && on_warning) {
+    on_warning(absl::StrCat("checkpoint ", path,
+                            " has no FP8 scaling state (written by an older build or by a run in "
+                            "another precision): the FP8 scales start afresh (1, empty amax "
+                            "histories), so this run will not reproduce an uninterrupted one"));
+  } else if (fp8_scaling != nullptr && on_warning) {
+    on_warning(absl::StrCat("checkpoint ", path,
+                            " holds an FP8 scaling state; ignored, precision is ",
+                            spec.precision()));
   }
   for (const Target& t : targets) {
     backend.CopyFromHost(t.device, ckpt.Find(t.name)->data(), t.bytes);

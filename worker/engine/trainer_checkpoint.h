@@ -22,24 +22,44 @@
 
 namespace boulder::engine {
 
-// Where a resumed run continues from.
-struct ResumePoint {
-  int64_t step = 0;              // optimizer steps completed
+// The training loop's counters a checkpoint carries.
+struct TrainerProgress {
+  int64_t step = 0;              // training steps completed (applied or skipped)
   int64_t tokens_processed = 0;  // cumulative, this rank
-  std::string path;              // the file it came from
+  // AdamW steps taken (its bias correction): `step` less the FP8 steps skipped. A checkpoint
+  // without the key (written before it existed) resumes with `step`.
+  int64_t optimizer_steps = 0;
+  // FP8 (precision fp8): steps skipped for non-finite loss or gradients, in all and in the
+  // current run, and the tensor that first overflowed in that run. The trainer checkpoints
+  // after applied steps only, so the run is normally 0 and its tensor empty.
+  int64_t fp8_skipped_steps = 0;
+  int64_t fp8_consecutive_skips = 0;
+  std::string fp8_first_overflow;
 };
 
-// Writes the state after `step` completed steps into `dir` and prunes to keep_last.
+// Where a resumed run continues from.
+struct ResumePoint : TrainerProgress {
+  std::string path;  // the file it came from
+};
+
+// Writes the state after progress.step completed steps into `dir` and prunes to keep_last.
+// With FP8 (model.fp8_state() set) the FP8 scaling state goes into the "fp8_scaling" section.
 // Errors: from SaveCheckpoint (the OS error with the path).
 absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model,
-                                   const v1::JobSpec& spec, const std::string& dir, int64_t step,
-                                   int64_t tokens_processed, int keep_last);
+                                   const v1::JobSpec& spec, const std::string& dir,
+                                   const TrainerProgress& progress, int keep_last);
 
 // Loads the newest valid checkpoint in `dir` into `model`. Corrupt or truncated newer files
 // are skipped, each reported through on_warning ("checkpoint <path> is corrupt (...);
 // skipped"). nullopt: no usable checkpoint (train from step 0).
+// FP8: the scaling state is restored from the "fp8_scaling" section, so the resumed run
+// continues with the same scales and amax histories (bit for bit on the cpu emulation). A
+// checkpoint without that section (written by an older build, or by a run in another
+// precision) still loads: the FP8 scaling state starts afresh (scales 1, empty histories) and
+// on_warning says so. A non-FP8 job ignores the section, also with a warning.
 // FAILED_PRECONDITION: the checkpoint belongs to another job shape (model, dtype, seed,
-// batch), or is past training.steps; names the mismatch.
+// batch), or is past training.steps, or its FP8 scaling state was made for another
+// fp8.amax_history_len or fp8.format; names the mismatch. DATA_LOSS: a malformed FP8 section.
 absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
     kernels::Backend& backend, Model& model, const v1::JobSpec& spec, const std::string& dir,
     const std::function<void(absl::string_view)>& on_warning);
