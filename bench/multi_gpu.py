@@ -232,7 +232,9 @@ def overrides(args, workload, precision, workers, batch, steps, extra=()):
         f"resources.backend={args.backend}",
         f"resources.collective_timeout_seconds={args.collective_timeout}",
         # A benchmark run that fails shows it, rather than mixing attempts' step times.
-        "max_restarts=0"] + \
+        "max_restarts=0",
+        # No checkpoint writes inside the timed steps (a restart in the kill test starts over).
+        "checkpoint.every_steps=0"] + \
         list(args.set) + list(extra)
     if precision == "fp8" and args.backend == "cpu":
         sets.append("fp8.emulate=true")  # the CPU backend's exact FP8 emulation
@@ -451,6 +453,9 @@ def main():
                    help="a spec override added to every job (repeatable)")
     p.add_argument("--commit", default=None, help="default: $BOULDER_COMMIT, else git")
     args = p.parse_args()
+    # `timeout` sends SIGTERM: unwind, so every cluster's `finally` stops its processes (they
+    # run in their own sessions and would outlive the script).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     missing = [b for b in BINARIES if not os.access(os.path.join(args.bin, b), os.X_OK)]
     if missing:
@@ -489,6 +494,39 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc)
     rows = []
+    commit = commit_of(args)
+
+    def write_outputs(kill):
+        """Writes OUT/multi-gpu.{md,json} from the rows so far (after every row, so a run
+        cut short by a time limit still leaves its table); returns the Markdown."""
+        md = [f"# Multi-GPU data-parallel scaling (bench/multi_gpu.py)", "",
+              f"- kind: {kind}", f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}",
+              f"- commit: {commit}", f"- backend: {args.backend}; steps per job {args.steps}, "
+              f"timing = median of the slowest rank's step time over steps > {args.warmup}; weak "
+              f"scaling (micro-batch per GPU fixed); efficiency = tokens/s/GPU at N / at N=1",
+              f"- loss max diff: N workers of batch B vs 1 worker of batch N*B "
+              f"(training.deterministic), max |diff| over all steps and ranks", "",
+              table(rows), ""]
+        if kill is not None:
+            if kill.get("error"):
+                md.append(f"Kill test ({kill['workload']} N={kill['workers']}): ERROR "
+                          f"{kill['error'].splitlines()[0]}")
+            else:
+                md.append(f"Kill test ({kill['workload']} {kill['precision']} N={kill['workers']}, "
+                          f"max_restarts {kill['max_restarts']}): rank 1's trainer SIGKILLed; job "
+                          f"{kill['state']} after {fmt(kill['seconds'], '.1f')} s (deadline "
+                          f"{kill['deadline_s']} s), trainers left: "
+                          f"{kill['leftover_trainers'] or 'none'} — "
+                          f"{'PASS' if kill['ok'] else 'FAIL'}. Message: {kill['message']}")
+        text = "\n".join(md) + "\n"
+        with open(os.path.join(args.out, "multi-gpu.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(args.out, "multi-gpu.json"), "w") as f:
+            json.dump(dict(kind=kind, gpus=gpus, date=started.isoformat(), commit=commit,
+                           backend=args.backend, steps=args.steps, warmup=args.warmup,
+                           rows=rows, kill_test=kill), f, indent=2)
+        return text
+
     for workload in workloads:
         B = WORKLOADS[workload]["batch"]
         for prec in precisions:
@@ -528,6 +566,7 @@ def main():
                               file=sys.stderr)
                 row["wall_s"] = round(time.monotonic() - t0, 1)
                 rows.append(row)
+                write_outputs(None)
                 print(table([row]).splitlines()[-1], flush=True)
     kill = None
     multi_counts = [n for n in counts if n >= 2]
@@ -540,33 +579,7 @@ def main():
         except (JobFailed, AssertionError) as e:
             kill = dict(workload=workloads[0], precision=prec, workers=multi_counts[-1],
                         ok=False, error=str(e))
-    commit = commit_of(args)
-    md = [f"# Multi-GPU data-parallel scaling (bench/multi_gpu.py)", "",
-          f"- kind: {kind}", f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')}",
-          f"- commit: {commit}", f"- backend: {args.backend}; steps per job {args.steps}, "
-          f"timing = median of the slowest rank's step time over steps > {args.warmup}; weak "
-          f"scaling (micro-batch per GPU fixed); efficiency = tokens/s/GPU at N / at N=1",
-          f"- loss max diff: N workers of batch B vs 1 worker of batch N*B "
-          f"(training.deterministic), max |diff| over all steps and ranks", "",
-          table(rows), ""]
-    if kill is not None:
-        if kill.get("error"):
-            md.append(f"Kill test ({kill['workload']} N={kill['workers']}): ERROR "
-                      f"{kill['error'].splitlines()[0]}")
-        else:
-            md.append(f"Kill test ({kill['workload']} {kill['precision']} N={kill['workers']}, "
-                      f"max_restarts {kill['max_restarts']}): rank 1's trainer SIGKILLed; job "
-                      f"{kill['state']} after {fmt(kill['seconds'], '.1f')} s (deadline "
-                      f"{kill['deadline_s']} s), trainers left: "
-                      f"{kill['leftover_trainers'] or 'none'} — "
-                      f"{'PASS' if kill['ok'] else 'FAIL'}. Message: {kill['message']}")
-    text = "\n".join(md) + "\n"
-    with open(os.path.join(args.out, "multi-gpu.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "multi-gpu.json"), "w") as f:
-        json.dump(dict(kind=kind, gpus=gpus, date=started.isoformat(), commit=commit,
-                       backend=args.backend, steps=args.steps, warmup=args.warmup,
-                       rows=rows, kill_test=kill), f, indent=2)
+    text = write_outputs(kill)
     print(text)
     bad = [r for r in rows if r.get("error") or r.get("loss_error") or (
         r.get("loss_max_diff") is not None and r["loss_max_diff"] > r["loss_tolerance"])]
