@@ -76,6 +76,9 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     a += inner + ffn + L * out;
   } else if (recompute == "mlp") {  // fc1 output shared
     a += ffn + L * (inner + out);
+  } else if (fp8) {  // ln1 and ln2 (the FP8 casts' inputs) shared by all layers
+    const int64_t ln = 2 * AlignUp(R * C * elem);
+    a += ln + L * (inner - ln + ffn + out);
   } else {
     a += L * (inner + ffn + out);
   }

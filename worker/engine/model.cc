@@ -144,15 +144,23 @@ absl::Status Model::Allocate() {
     // Activation checkpointing: what is recomputed is carved once and shared by all layers.
     const Recompute mode = options_.recompute;
     LayerActs shared{};
+    // FP8 training without recompute: the LayerNorm outputs feed only their Linears' FP8
+    // casts (the backward reads the FP8 transposes, and LayerNorm's backward its input), so
+    // one pair serves every layer. (kMlp's recompute reads ln2 again: kept per layer there.)
+    const bool shared_ln = options_.fp8.enabled && mode == Recompute::kNone;
+    if (shared_ln) {
+      shared.ln1 = take(R * C * elem_);
+      shared.ln2 = take(R * C * elem_);
+    }
     auto carve_inner = [&](LayerActs& la) {
-      la.ln1 = take(R * C * elem_);
+      la.ln1 = shared_ln ? shared.ln1 : take(R * C * elem_);
       la.ln1_mean = static_cast<float*>(take(R * sizeof(float)));
       la.ln1_rstd = static_cast<float*>(take(R * sizeof(float)));
       la.qkv = take(R * 3 * C * elem_);
       la.atty = take(R * C * elem_);
       la.att_stats = static_cast<float*>(take(R * NH * sizeof(float)));
       la.residual2 = take(R * C * elem_);
-      la.ln2 = take(R * C * elem_);
+      la.ln2 = shared_ln ? shared.ln2 : take(R * C * elem_);
       la.ln2_mean = static_cast<float*>(take(R * sizeof(float)));
       la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
     };
