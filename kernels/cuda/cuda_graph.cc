@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::EndCapture() {
     sticky_ = absl::OkStatus();
     return absl::Status(failed.code(), absl::StrCat("graph capture: ", failed.message()));
   }
-  scratch_.keep_retired();
+  if (nodes > 0) scratch_.keep_retired();  // the graph may have recorded the scratch's address
   return std::make_unique<CudaGraph>(graph, exec, static_cast<int64_t>(nodes));
 }
 
