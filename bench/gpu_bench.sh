@@ -7,9 +7,13 @@
 #
 #   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
 #                             [--precisions "bf16 fp8"] [--modes "eager compile reduce-overhead"]
+#                             [--cuda-graph "auto off"]
 #
 # Boulder runs once per precision (bf16, and fp8: delayed scaling, needs compute capability
 # 8.9+; each row's precision column says which); PyTorch runs in BF16 autocast.
+# --cuda-graph picks Boulder's training.cuda_graph settings, one run each (default "auto": the
+# steady-state step replayed from a CUDA graph; "off" runs every step op by op, as row
+# implementation "boulder-eager"; each row's cuda_graph_steps counts its timed steps replayed).
 # --modes picks the PyTorch modes (default all three); --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
@@ -25,8 +29,10 @@ PROFILE=0
 WORKLOADS="seed gpt2 h2048"
 PRECISIONS="bf16 fp8"
 MODES="eager compile reduce-overhead"
+GRAPHS="auto"
 while (($#)); do
   case "$1" in
+    --cuda-graph) GRAPHS=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --modes) MODES=$2; shift 2 ;;
@@ -67,12 +73,18 @@ for w in $WORKLOADS; do
           > "$OUT/profile-$w-$p.log" 2>&1
       sed -n '/device time per op/,$p' "$OUT/profile-$w-$p.log"
     fi
-    "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder --precision $p \
-        --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
-        --json "$OUT/$w-boulder-$p.json" --log "$OUT/$w-boulder-$p.log" -- \
-        "$TRAINER" "${common[@]}" --set training.steps=$STEPS --report-fd 1 --quiet \
-        > "$OUT/$w-boulder-$p.out" 2>&1 && rows+=("$OUT/$w-boulder-$p.json")
-    tail -1 "$OUT/$w-boulder-$p.out"
+    for g in $GRAPHS; do
+      impl=boulder
+      [[ $g == off ]] && impl=boulder-eager
+      [[ $g != off && $g != auto ]] && impl=boulder-graph-$g
+      run="$w-$impl-$p"
+      "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation $impl --precision $p \
+          --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
+          --json "$OUT/$run.json" --log "$OUT/$run.log" -- \
+          "$TRAINER" "${common[@]}" --set training.steps=$STEPS --set training.cuda_graph=$g \
+          --report-fd 1 --quiet > "$OUT/$run.out" 2>&1 && rows+=("$OUT/$run.json")
+      tail -1 "$OUT/$run.out"
+    done
   done
   modes=$MODES
   ((QUICK)) && modes="eager"

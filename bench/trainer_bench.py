@@ -31,7 +31,8 @@ MS_RE = re.compile(r"(\d+(?:\.\d+)?)\s*ms\b")
 
 
 def parse_json_line(line):
-    """(step, ms, peak_bytes) for a TrainerMessage JSON line with a step report, else None."""
+    """(step, ms, peak_bytes, cuda_graph) for a TrainerMessage JSON line with a step report,
+    else None; cuda_graph: the step was replayed from a CUDA graph (training.cuda_graph)."""
     try:
         msg = json.loads(line)
     except ValueError:
@@ -40,7 +41,8 @@ def parse_json_line(line):
     if not step:
         return None
     peak = int(step.get("memory", {}).get("peak_bytes", 0))
-    return int(step["step"]), float(step.get("step_time_seconds", 0.0)) * 1e3, peak
+    return (int(step["step"]), float(step.get("step_time_seconds", 0.0)) * 1e3, peak,
+            bool(step.get("cuda_graph", False)))
 
 
 def parse_step_line(line):
@@ -79,6 +81,7 @@ def main(argv):
         sys.exit("trainer_bench: no trainer command after --")
 
     times = {}
+    graphed = set()  # steps replayed from a CUDA graph (JSON reports only)
     device_peak = 0
     log = open(a.log, "w") if a.log else None
     try:
@@ -95,6 +98,8 @@ def main(argv):
             if parsed:
                 times[parsed[0]] = parsed[1]
                 device_peak = max(device_peak, parsed[2])
+                if parsed[3]:
+                    graphed.add(parsed[0])
             continue
         parsed = parse_step_line(line)
         if parsed:
@@ -129,6 +134,8 @@ def main(argv):
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timed_steps": len(timed),
     }
+    if a.json_reports:
+        row["cuda_graph_steps"] = sum(1 for step in times if step > a.warmup and step in graphed)
     print(f"{a.implementation} {a.precision} [{a.workload}]: {ms:.2f} ms/step (median of "
           f"{len(timed)}, min {min(timed):.2f}, max {max(timed):.2f}), "
           f"{row['tokens_per_s']:,.0f} tokens/s, peak {peak / 2**20:,.0f} MiB", flush=True)

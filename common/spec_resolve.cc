@@ -15,6 +15,7 @@
 #include "absl/types/span.h"
 #include "common/spec.h"
 #include "common/spec_checkpoint.h"
+#include "common/spec_cuda_graph.h"
 #include "common/spec_path.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -437,6 +438,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (!status.ok()) return status;
   FillDefaults(&out);
   FillCheckpointDefaults(&out);
+  FillCudaGraphDefault(&out);
   status = ValidateName(out.name());
   if (status.ok()) status = ValidateModel(out.model());
   if (status.ok()) status = ValidateData(out.data(), out.model());
@@ -448,6 +450,7 @@ absl::StatusOr<v1::JobSpec> ResolveJobSpec(const v1::JobSpec& spec) {
   if (status.ok()) status = ValidateEval(out.eval());
   if (status.ok()) status = ValidateFreezing(out.training(), out.model());
   if (status.ok()) status = ValidateFp8(out);
+  if (status.ok()) status = ValidateCudaGraph(out);
   if (!status.ok()) return status;
   return out;
 }

@@ -311,7 +311,7 @@ TEST(SpecParseTest, HugeKeysAndValuesAreCutInMessages) {
                                           "warmup_steps, schedule, min_lr_ratio, "
                                           "grad_accum_steps, grad_clip, seed, deterministic, "
                                           "log_every_steps, freeze_layers, freeze_embeddings, "
-                                          "activation_checkpointing)")));
+                                          "activation_checkpointing, cuda_graph)")));
   EXPECT_THAT(ParseStatus(absl::StrCat("training:\n  steps: ", long_text, "\n")),
               IsInvalid(absl::StrCat("training.steps: expected an integer, got '",
                                      std::string(77, 'x'), "...'")));

@@ -167,6 +167,18 @@ class Backend {
                      float eps, float weight_decay, int t, float grad_scale,
                      const float* norm_sq, float max_norm) = 0;
 
+  // AdamW with the per-step values read on the device when it runs, so that one recorded
+  // AdamW (a CUDA graph) serves every step. SetAdamWStep enqueues writing lr and step t (with
+  // beta1/beta2's bias corrections) into `step`, kAdamWStepFloats FP32 device elements; call it
+  // outside a capture (recorded, it would bake the values in). AdamWDeviceStep is AdamW above
+  // with lr and t taken from `step` and the same beta1 and beta2: bit-identical results.
+  static constexpr int kAdamWStepFloats = 4;
+  virtual void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) = 0;
+  virtual void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
+                               const uint8_t* decay_mask, size_t n, const float* step, float beta1,
+                               float beta2, float eps, float weight_decay, float grad_scale,
+                               const float* norm_sq, float max_norm) = 0;
+
   // Argmax over each row of logits[N,V] (first V columns) into int32 out[N]; used by greedy
   // generation.
   virtual void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) = 0;
@@ -239,6 +251,33 @@ class Backend {
   virtual void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
                               float* history, float* amax, const float* fp8_max, int n,
                               int history_len, bool use_history_max, int margin) = 0;
+
+  // ---- graph capture (optional) -----------------------------------------------------------
+  // Work recorded once and replayed as one launch (a CUDA graph): no per-op launch cost.
+  // Opaque; must not outlive the backend that recorded it.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+    virtual int64_t num_nodes() const = 0;  // recorded kernels, copies and memsets
+  };
+  // Starts recording: until EndCapture(), the ops and Memset0 calls on this backend enqueue
+  // nothing and are recorded instead, with every pointer and host-side argument baked in.
+  // In between, call nothing that moves data to or from the host, waits for the device or
+  // allocates (Copy*, Synchronize, Alloc, Free, GetMemoryStats is fine), and keep profiling off.
+  // UNIMPLEMENTED: this backend cannot record (cpu): run the ops eagerly instead.
+  // FAILED_PRECONDITION: already recording, profiling on, or an earlier error is pending.
+  virtual absl::Status BeginCapture() {
+    return absl::UnimplementedError(name() + " backend: no graph capture");
+  }
+  // Ends recording and prepares the graph for replay. An error of a recorded op, or of the
+  // capture itself (a forbidden call in between), is returned here; the recorded work never
+  // ran, so the backend stays usable and the same ops can run eagerly.
+  virtual absl::StatusOr<std::unique_ptr<Graph>> EndCapture() {
+    return absl::UnimplementedError(name() + " backend: no graph capture");
+  }
+  // Enqueues one run of `graph` (asynchronous like any op; errors surface in Synchronize()).
+  // REQUIRES: graph came from this backend's EndCapture().
+  virtual void Replay(const Graph& graph) {}
 
   // ---- profiling (optional) ----------------------------------------------------------------
   // When enabled, the backend times every op on the device (events around each launch, no

@@ -274,6 +274,23 @@ void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m
 }
 
 template <typename S>
+void CpuBackend<S>::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) {
+  step[0] = lr;
+  std::memcpy(&step[1], &t, sizeof(t));
+}
+
+template <typename S>
+void CpuBackend<S>::AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
+                                    const uint8_t* decay_mask, size_t n, const float* step,
+                                    float beta1, float beta2, float eps, float weight_decay,
+                                    float grad_scale, const float* norm_sq, float max_norm) {
+  int t = 0;
+  std::memcpy(&t, &step[1], sizeof(t));
+  AdamW(params, master, grads, m, v, decay_mask, n, step[0], beta1, beta2, eps, weight_decay, t,
+        grad_scale, norm_sq, max_norm);
+}
+
+template <typename S>
 void CpuBackend<S>::Argmax(int32_t* out, const void* logits, int N, int V, int Vp) {
   cpu::Argmax(threads_, out, As<S>(logits), N, V, Vp);
 }

@@ -1,6 +1,9 @@
 // AdamW over the one flat parameter buffer: FP32 master weights and moments, BF16 working
 // weights and gradients. The clipping factor is computed on the device from the gradient's
-// sum of squares, so the step needs no host sync (and can live in a CUDA graph).
+// sum of squares, so the step needs no host sync (and can live in a CUDA graph). The learning
+// rate and the bias corrections come either as arguments or, for a recorded step, from a device
+// array written before each replay (AdamWStepValues); both forms run the same kernel, so their
+// results are bit-identical.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -8,11 +11,16 @@ namespace boulder::kernels::cuda {
 namespace {
 
 __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, float* m, float* v,
-                            const uint8_t* decay_mask, size_t n, float lr, float beta1,
-                            float beta2, float eps, float wd, float bc1, float bc2,
-                            float grad_scale, const float* norm_sq, float max_norm) {
+                            const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
+                            float eps, float wd, float bc1, float bc2, float grad_scale,
+                            const float* norm_sq, float max_norm, const float* step) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
+  if (step != nullptr) {
+    lr = step[0];
+    bc1 = step[1];
+    bc2 = step[2];
+  }
   float scale = grad_scale;
   if (max_norm > 0.f && norm_sq != nullptr) {
     float norm = sqrtf(*norm_sq);
@@ -30,16 +38,38 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
   params[i] = __float2bfloat16(p);
 }
 
+__global__ void SetStepKernel(float* step, float lr, float bc1, float bc2) {
+  step[0] = lr;
+  step[1] = bc1;
+  step[2] = bc2;
+  step[3] = 0.f;
+}
+
+// The bias corrections 1 - beta^t, computed on the host in FP32 for both forms.
+void BiasCorrections(float beta1, float beta2, int t, float* bc1, float* bc2) {
+  *bc1 = 1.f - powf(beta1, float(t));
+  *bc2 = 1.f - powf(beta2, float(t));
+}
+
 }  // namespace
+
+cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float beta2,
+                            cudaStream_t s) {
+  float bc1, bc2;
+  BiasCorrections(beta1, beta2, t, &bc1, &bc2);
+  SetStepKernel<<<1, 1, 0, s>>>(step, lr, bc1, bc2);
+  return cudaGetLastError();
+}
 
 cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
-                  float max_norm, cudaStream_t s) {
-  float bc1 = 1.f - powf(beta1, float(t)), bc2 = 1.f - powf(beta2, float(t));
-  AdamWKernel<<<CeilDiv(n, 512), 512, 0, s>>>(params, master, grads, m, v, decay_mask, n, lr,
-                                              beta1, beta2, eps, weight_decay, bc1, bc2,
-                                              grad_scale, norm_sq, max_norm);
+                  float max_norm, const float* step, cudaStream_t s) {
+  float bc1 = 0.f, bc2 = 0.f;
+  if (step == nullptr) BiasCorrections(beta1, beta2, t, &bc1, &bc2);
+  AdamWKernel<<<CeilDiv(n, 512), 512, 0, s>>>(params, master, grads, m, v, decay_mask, n, lr, beta1,
+                                              beta2, eps, weight_decay, bc1, bc2, grad_scale,
+                                              norm_sq, max_norm, step);
   return cudaGetLastError();
 }
 

@@ -62,6 +62,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
 }
 
 CudaBackend::~CudaBackend() {
+  if (capturing_) {  // an abandoned capture: end it so the stream can be synchronised
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+  }
   if (stream_) cudaStreamSynchronize(stream_);
   for (const Timed& t : timed_) {
     cudaEventDestroy(t.start);
@@ -460,9 +465,27 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
   Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
-                    static_cast<const bf16*>(grads), static_cast<float*>(m),
-                    static_cast<float*>(v), decay_mask, n, lr, beta1, beta2, eps, weight_decay,
-                    t, grad_scale, norm_sq, max_norm, stream_),
+                    static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
+                    decay_mask, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, norm_sq,
+                    max_norm, /*step=*/nullptr, stream_),
+        "AdamW");
+}
+
+void CudaBackend::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) {
+  if (!Ok()) return;
+  Check(cuda::AdamWStepValues(step, lr, t, beta1, beta2, stream_), "AdamWStepValues");
+}
+
+void CudaBackend::AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
+                                  const uint8_t* decay_mask, size_t n, const float* step,
+                                  float beta1, float beta2, float eps, float weight_decay,
+                                  float grad_scale, const float* norm_sq, float max_norm) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "AdamW");
+  Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
+                    static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
+                    decay_mask, n, /*lr=*/0.f, beta1, beta2, eps, weight_decay, /*t=*/0, grad_scale,
+                    norm_sq, max_norm, step, stream_),
         "AdamW");
 }
 
@@ -536,11 +559,16 @@ std::string CudaBackend::ProfileReport() {
 
 Scratch::~Scratch() {
   if (ptr_) cudaFree(ptr_);
+  for (void* p : retired_) cudaFree(p);
 }
 
 void* Scratch::Get(size_t bytes) {
   if (bytes <= bytes_) return ptr_;
-  if (ptr_) cudaFree(ptr_);
+  if (ptr_ && keep_retired_) {
+    retired_.push_back(ptr_);
+  } else if (ptr_) {
+    cudaFree(ptr_);
+  }
   ptr_ = nullptr;
   bytes_ = 0;
   err_ = cudaMalloc(&ptr_, bytes);

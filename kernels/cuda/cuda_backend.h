@@ -78,6 +78,11 @@ class CudaBackend final : public Backend {
              const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
+  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) override;
+  void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
+                       const uint8_t* decay_mask, size_t n, const float* step, float beta1,
+                       float beta2, float eps, float weight_decay, float grad_scale,
+                       const float* norm_sq, float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
   void SetDeterministic(bool on) override {
     deterministic_ = on;
@@ -110,6 +115,11 @@ class CudaBackend final : public Backend {
                       bool use_history_max, int margin) override;
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
+  // Graph capture (cuda_graph.cc): stream capture in thread-local mode, so a forbidden call
+  // from this thread (a sync, cudaMalloc) fails the capture instead of running.
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override;
+  void Replay(const Graph& graph) override;
 
  private:
   // Times one op between two events when profiling is on.
@@ -157,6 +167,7 @@ class CudaBackend final : public Backend {
   int64_t device_total_ = 0;
   bool deterministic_ = false;
   bool profiling_ = false;
+  bool capturing_ = false;
   std::vector<Timed> timed_;
   std::vector<cudaEvent_t> event_pool_;
 };

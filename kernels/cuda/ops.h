@@ -4,7 +4,8 @@
 //
 // Scratch: launchers that need temporary device memory take it from a Scratch the caller
 // owns; it grows before first use, so a step's second run (and a CUDA-graph capture of it)
-// allocates nothing.
+// allocates nothing. Once a graph has recorded its address (keep_retired), growing keeps the
+// old buffer alive until the Scratch is destroyed.
 #ifndef BOULDER_KERNELS_CUDA_OPS_H_
 #define BOULDER_KERNELS_CUDA_OPS_H_
 
@@ -13,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace boulder::kernels::cuda {
 
@@ -30,8 +32,12 @@ class Scratch {
   void* Get(size_t bytes);
   size_t capacity() const { return bytes_; }
   cudaError_t last_error() const { return err_; }
+  // From now on a reallocation keeps the replaced buffer (a recorded graph may still use it).
+  void keep_retired() { keep_retired_ = true; }
 
  private:
+  bool keep_retired_ = false;
+  std::vector<void*> retired_;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   cudaError_t err_ = cudaSuccess;
@@ -81,10 +87,13 @@ cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targ
                                 int V, int Vp, float dloss, cudaStream_t s);
 
 // ---- adamw.cu ----
+// step: null, or the device array AdamWStepValues wrote (lr and t are then taken from it).
 cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
                   const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
-                  float max_norm, cudaStream_t s);
+                  float max_norm, const float* step, cudaStream_t s);
+// Writes lr and t's bias corrections into step[Backend::kAdamWStepFloats] (one tiny kernel).
+cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float beta2, cudaStream_t s);
 
 // ---- attention_fwd.cu, attention_bwd.cu ---- causal flash attention, head size 64 or 128,
 // 1 <= T <= kMaxAttentionT (tiles of 64 rows index grid dimension y). qkv, out, dout and dqkv

@@ -327,32 +327,11 @@ void Model::ForwardImpl(int B, int T) {
 
 absl::StatusOr<double> Model::Forward(absl::Span<const int32_t> tokens,
                                       absl::Span<const int32_t> targets) {
-  const int B = options_.batch_size, T = options_.seq_len;
-  const size_t N = static_cast<size_t>(B) * T;
-  if (tokens.size() != N || targets.size() != N) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("forward: expected ", N, " tokens and targets (B=", B, ", T=", T, "), got ",
-                     tokens.size(), " and ", targets.size()));
-  }
-  if (absl::Status s = CheckTokens(tokens, "tokens"); !s.ok()) return s;
-  if (absl::Status s = CheckTokens(targets, "targets"); !s.ok()) return s;
-  backward_ready_ = false;
-  backend_->CopyFromHost(act_.tokens, tokens.data(), N * sizeof(int32_t));
-  backend_->CopyFromHost(act_.targets, targets.data(), N * sizeof(int32_t));
-  fp8_training_forward_ = true;
-  ForwardImpl(B, T);
-  fp8_training_forward_ = false;
-  const float dloss = 1.0f / static_cast<float>(N * options_.grad_accum_steps);
-  backend_->SoftmaxCrossEntropy(act_.losses, act_.logits, act_.targets, static_cast<int>(N),
-                                options_.config.vocab_size, options_.config.padded_vocab_size,
-                                dloss);
-  std::vector<float> losses(N);
-  backend_->CopyToHost(losses.data(), act_.losses, N * sizeof(float));
-  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
-  double sum = 0.0;
-  for (float l : losses) sum += l;
-  backward_ready_ = true;
-  return sum / static_cast<double>(N);
+  if (absl::Status s = UploadBatch(tokens, targets); !s.ok()) return s;
+  EnqueueTrainingForward();
+  absl::StatusOr<double> loss = ReadLoss();
+  backward_ready_ = loss.ok();
+  return loss;
 }
 
 absl::Status Model::ForwardLogits(absl::Span<const int32_t> tokens, int B, int T) {
@@ -380,6 +359,11 @@ absl::Status Model::Backward() {
         "backward: needs a training Forward() first (each Forward() allows one Backward())");
   }
   backward_ready_ = false;
+  EnqueueBackward();
+  return backend_->Synchronize();
+}
+
+void Model::EnqueueBackward() {
   const ModelConfig& c = options_.config;
   const int B = last_B_, T = last_T_, N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
   kernels::Backend& be = *backend_;
@@ -458,7 +442,6 @@ absl::Status Model::Backward() {
                        C);
     if (on_bucket_ready_) on_bucket_ready_(0);
   }
-  return be.Synchronize();
 }
 
 void Model::RecomputeLayer(int l) {
@@ -495,22 +478,9 @@ absl::StatusOr<float> Model::GradNorm() {
 }
 
 absl::StatusOr<float> Model::OptimizerStep(float lr, int t) {
-  const AdamWConfig& a = options_.adamw;
-  backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
-  // One AdamW per run of trainable tensors; the clip factor is read from the one norm.
-  for (const TrainableRun& r : runs_) {
-    const size_t g = r.grad_offset;
-    backend_->AdamW(Advance(params_, r.param_offset * elem_),
-                    master_ == nullptr ? nullptr : Advance(master_, g * state_elem_),
-                    Advance(grads_, g * elem_), Advance(m_, g * state_elem_),
-                    Advance(v_, g * state_elem_), decay_mask_ + g, r.numel, lr, a.beta1, a.beta2,
-                    a.eps, a.weight_decay, t, 1.0f, act_.norm_sq, a.grad_clip);
-  }
-  ++fp8_weight_version_;  // the FP8 weight copies are stale now
-  float norm_sq = 0.0f;
-  backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
-  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
-  return std::sqrt(norm_sq);
+  if (absl::Status s = SetOptimizerStep(lr, t); !s.ok()) return s;
+  EnqueueOptimizerStep();
+  return ReadGradNorm();
 }
 
 absl::StatusOr<std::vector<int32_t>> Model::Generate(absl::Span<const int32_t> prompt, int n) {

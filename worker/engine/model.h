@@ -122,6 +122,33 @@ class Model {
   // before clipping.
   absl::StatusOr<float> OptimizerStep(float lr, int t);
 
+  // ---- The training step as device work only (model_graph.cc) ----------------------------
+  // Forward(), Backward() and OptimizerStep() are these pieces with their host syncs; a CUDA
+  // graph (step_graph.h) records EnqueueTrainingForward(), EnqueueBackward() and
+  // EnqueueOptimizerStep() once and replays them, calling UploadBatch() and SetOptimizerStep()
+  // before and ReadLoss() and ReadGradNorm() after each replay. The Enqueue* calls neither
+  // synchronise nor allocate; recording them is valid without FP8 (whose weight casts are
+  // host-side bookkeeping) and without on_bucket_ready.
+  //
+  // Validates one training micro-batch (as Forward()) and copies it into the model's token
+  // buffers (synchronises). Invalidates a pending Backward().
+  absl::Status UploadBatch(absl::Span<const int32_t> tokens, absl::Span<const int32_t> targets);
+  // Enqueues the training forward and the loss over the uploaded batch; the logits' gradient
+  // is left for EnqueueBackward(), the per-token losses on the device for ReadLoss().
+  void EnqueueTrainingForward();
+  // Enqueues the backward of the last training forward (Backward() without checks or sync).
+  void EnqueueBackward();
+  // Enqueues writing lr and t (1-based) where the next EnqueueOptimizerStep()'s AdamW reads
+  // them when it runs. Not to be recorded. RESOURCE_EXHAUSTED: its buffer's first allocation.
+  absl::Status SetOptimizerStep(float lr, int t);
+  // Enqueues the gradient norm and one AdamW step (as OptimizerStep(), lr and t from the last
+  // SetOptimizerStep() as of when it runs). REQUIRES: SetOptimizerStep() was called once.
+  void EnqueueOptimizerStep();
+  // Synchronises; the mean loss of the last training forward.
+  absl::StatusOr<double> ReadLoss();
+  // Synchronises; the gradient norm (before clipping) of the last optimizer step.
+  absl::StatusOr<float> ReadGradNorm();
+
   // Greedy continuation: appends `n` tokens, each the argmax of the last position of a
   // B=1 forward over the last min(len, context) tokens. INVALID_ARGUMENT: empty prompt, a
   // token outside [0, V) or n < 0.
@@ -262,6 +289,7 @@ class Model {
   int last_T_ = 0;
   bool backward_ready_ = false;
   std::function<void(int)> on_bucket_ready_;
+  float* adamw_step_ = nullptr;  // [Backend::kAdamWStepFloats]: SetOptimizerStep's values
 
   // FP8 (model_fp8.cc). Per layer and Linear: the saved transposed FP8 input (for the
   // weight gradient) and the FP8 weight and its transpose, cast once per optimizer step.

@@ -34,6 +34,7 @@ std::string FormatStepLine(const v1::StepReport& r) {
                       r.step(), r.total_steps(), r.loss(), r.lr(), r.grad_norm(),
                       WithThousands(r.tokens_per_second()), r.step_time_seconds() * 1e3);
   if (r.has_val_loss()) absl::StrAppend(&line, absl::StrFormat("  val_loss %.4f", r.val_loss()));
+  if (r.cuda_graph()) absl::StrAppend(&line, "  (cuda graph)");
   return line;
 }
 

@@ -13,7 +13,9 @@
 
 namespace boulder::engine {
 
-// "step   10/200  loss 2.3456  lr 3.00e-04  norm 1.234  12,345 tok/s  41.2 ms" (no newline).
+// "step   10/200  loss 2.3456  lr 3.00e-04  norm 1.234  12,345 tok/s  41.2 ms" (no newline),
+// then "  val_loss 2.5" on steps that evaluated and "  (cuda graph)" on steps replayed from a
+// CUDA graph.
 std::string FormatStepLine(const v1::StepReport& report);
 
 // The prompt, the generated tokens and whether the whole sequence keeps a constant stride

@@ -19,8 +19,9 @@
 #include "worker/engine/param_layout.h"
 #include "worker/engine/safetensors.h"
 #include "worker/engine/schedule.h"
-#include "worker/engine/trainer_checkpoint.h"
+#include "worker/engine/step_graph.h"
 #include "worker/engine/token_files.h"
+#include "worker/engine/trainer_checkpoint.h"
 
 namespace boulder::engine {
 namespace {
@@ -363,6 +364,16 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
   }
   const int every = spec.checkpoint().every_steps();
+  StepGraphOptions graph_options;
+  graph_options.mode = tr.cuda_graph();
+  graph_options.grad_accum_steps = accum;
+  graph_options.fp8 = fp8;
+  graph_options.data_parallel = dp != nullptr;
+  graph_options.profiling = o.profile_kernels;
+  graph_options.on_info = [&o](absl::string_view line) { Info(o, line); };
+  absl::StatusOr<std::unique_ptr<StepGraph>> step_graph =
+      StepGraph::Create(backend->get(), &model, graph_options);
+  if (!step_graph.ok()) return step_graph.status();
   // Optimizer steps taken (AdamW's bias correction) and the FP8 skip counters, as checkpointed.
   int64_t applied = resume.optimizer_steps;
   int64_t skipped = resume.fp8_skipped_steps;  // FP8 steps skipped for non-finite values
@@ -378,12 +389,25 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     model.ZeroGrad();
     double loss = 0.0;
     bool finite = true;
-    for (int micro = 0; micro < accum; ++micro) {
+    auto next_batch = [&](int micro) {
+      return tokens ? tokens->Get(step, micro, B, accum)
+                    : arithmetic->Get(o.rank, step, micro, B, T);
+    };
+    const double lr = LearningRate(*schedule, step);
+    // A step replayed from CUDA graphs runs its micro-batches and the optimizer in there; the
+    // eager loop below then has nothing to do (a stop request leaves the step to it).
+    absl::StatusOr<std::optional<StepGraph::Result>> graphed = std::nullopt;
+    if (!Stopped(o)) {
+      graphed = (*step_graph)
+                    ->Run(step, static_cast<float>(lr), static_cast<int>(applied + 1), next_batch);
+      if (!graphed.ok()) return graphed.status();
+      if (graphed->has_value()) loss = (*graphed)->loss;
+    }
+    for (int micro = 0; micro < accum && !graphed->has_value(); ++micro) {
       if (Stopped(o)) {
         return absl::CancelledError(absl::StrCat("stopped at step ", step - 1, " of ", total));
       }
-      const Batch batch =
-          tokens ? tokens->Get(step, micro, B, accum) : arithmetic->Get(o.rank, step, micro, B, T);
+      const Batch batch = next_batch(micro);
       absl::StatusOr<double> l = model.Forward(batch.inputs, batch.targets);
       if (!l.ok()) return l.status();
       if (!std::isfinite(*l)) {
@@ -411,7 +435,6 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (!waited.ok()) return Annotate(waited.status(), step);
       comm_exposed = *waited;
     }
-    const double lr = LearningRate(*schedule, step);
     if (fp8 && finite) {
       absl::StatusOr<float> norm = model.GradNorm();
       if (!norm.ok()) return norm.status();
@@ -454,7 +477,9 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     consecutive_skips = 0;
     ++applied;
     absl::StatusOr<float> norm =
-        model.OptimizerStep(static_cast<float>(lr), static_cast<int>(applied));
+        graphed->has_value()
+            ? absl::StatusOr<float>((*graphed)->grad_norm)
+            : model.OptimizerStep(static_cast<float>(lr), static_cast<int>(applied));
     if (!norm.ok()) return norm.status();
     if (dp != nullptr) {
       absl::StatusOr<double> mean = dp->AverageLoss(loss);
@@ -509,6 +534,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (evaluate) r.set_val_loss(val_loss);
       r.set_comm_exposed_seconds(comm_exposed);
       r.set_param_checksum(checksum);
+      r.set_cuda_graph(graphed->has_value());
       if (fp8) {
         ToProto(fp8_stats, &r);
         r.set_skipped_steps(skipped);

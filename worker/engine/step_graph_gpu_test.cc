@@ -1,0 +1,257 @@
+// CUDA-graph replay of the training step on the cuda backend (training.cuda_graph): with
+// training.deterministic the replayed steps run the same kernels as the eager ones, so losses,
+// gradient norms and parameters must be bit-identical; a warmup + cosine schedule changes the
+// learning rate at every step, so a value baked into the graph would show. Skips without a GPU.
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/engine/rng.h"
+#include "worker/engine/step_graph.h"
+#include "worker/engine/step_graph_testing.h"
+#include "worker/engine/test_temp_dir.h"
+#include "worker/engine/trainer.h"
+
+namespace boulder::engine {
+namespace {
+
+using ::testing::Contains;
+using testing::FirstBitDifference;
+using ::testing::HasSubstr;
+using testing::StepRun;
+using testing::TrainSteps;
+
+std::unique_ptr<kernels::Backend> Gpu(bool deterministic) {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> b = kernels::NewCudaBackend(0);
+  if (!b.ok()) return nullptr;
+  (*b)->SetDeterministic(deterministic);
+  return *std::move(b);
+}
+
+ModelOptions GpuOptions(int accum) {
+  ModelOptions o;
+  o.config.vocab_size = 96;
+  o.config.padded_vocab_size = PaddedVocabSize(96);
+  o.config.hidden = 128;
+  o.config.heads = 2;  // head size 64
+  o.config.layers = 2;
+  o.config.ffn = 512;
+  o.config.context = 64;
+  o.batch_size = 4;
+  o.seq_len = 64;
+  o.grad_accum_steps = accum;
+  o.adamw.weight_decay = 0.1f;
+  o.adamw.grad_clip = 0.5f;
+  o.seed = 5;
+  return o;
+}
+
+class GpuReplayTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuReplayTest, DeterministicReplayIsBitIdenticalToEager) {
+  std::unique_ptr<kernels::Backend> eager_be = Gpu(true), graph_be = Gpu(true);
+  if (!eager_be) GTEST_SKIP() << "no usable CUDA device";
+  const int accum = GetParam(), steps = 7;
+  absl::StatusOr<StepRun> eager = TrainSteps(eager_be.get(), GpuOptions(accum), "off", steps);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(graph_be.get(), GpuOptions(accum), "on", steps);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->graphed, std::vector<bool>({false, false, true, true, true, true, true}));
+  EXPECT_THAT(graph->info, Contains(HasSubstr("captured the training step at step 3")));
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+      << ::testing::PrintToString(eager->losses) << " vs "
+      << ::testing::PrintToString(graph->losses);
+  EXPECT_EQ(FirstBitDifference(eager->norms, graph->norms), -1)
+      << ::testing::PrintToString(eager->norms) << " vs " << ::testing::PrintToString(graph->norms);
+  ASSERT_EQ(eager->params.size(), graph->params.size());
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  EXPECT_LT(graph->losses.back(), graph->losses.front());  // it trains
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, GpuReplayTest, ::testing::Values(1, 2));
+
+TEST(GpuStepGraphTest, ReplayedStepsUseEachStepsLearningRate) {
+  std::unique_ptr<kernels::Backend> a_be = Gpu(true), b_be = Gpu(true);
+  if (!a_be) GTEST_SKIP() << "no usable CUDA device";
+  absl::StatusOr<StepRun> three = TrainSteps(a_be.get(), GpuOptions(1), "on", 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  absl::StatusOr<StepRun> five = TrainSteps(b_be.get(), GpuOptions(1), "on", 5,
+                                            [](int step) { return step >= 4 ? 0.0 : -1.0; });
+  ASSERT_TRUE(five.ok()) << five.status();
+  ASSERT_EQ(five->graphed, std::vector<bool>({false, false, true, true, true}));
+  // lr 0 in the replays of steps 4 and 5: the FP32 master weights stay as step 3 left them.
+  EXPECT_EQ(FirstBitDifference(three->params, five->params), -1);
+  EXPECT_GT(five->norms[4], 0.0f);
+}
+
+TEST(GpuStepGraphTest, AutotunedReplayTrainsLikeEager) {
+  // Without training.deterministic the GEMMs are autotuned by timing (per backend), and the
+  // attention backward adds with atomics: not bit-identical, but the same training.
+  std::unique_ptr<kernels::Backend> eager_be = Gpu(false), graph_be = Gpu(false);
+  if (!eager_be) GTEST_SKIP() << "no usable CUDA device";
+  absl::StatusOr<StepRun> eager = TrainSteps(eager_be.get(), GpuOptions(1), "off", 8);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(graph_be.get(), GpuOptions(1), "auto", 8);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_TRUE(graph->graphed.back());
+  for (size_t i = 0; i < eager->losses.size(); ++i) {
+    EXPECT_NEAR(graph->losses[i], eager->losses[i], 2e-2 * eager->losses[i]) << "step " << i + 1;
+  }
+}
+
+TEST(GpuStepGraphTest, AdamWDeviceStepMatchesAdamWBitForBit) {
+  std::unique_ptr<kernels::Backend> be = Gpu(true);
+  if (!be) GTEST_SKIP() << "no usable CUDA device";
+  const size_t n = 10007;
+  Rng rng(17);
+  std::vector<float> p(n), g(n), m(n), v(n);
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = static_cast<float>(rng.Gaussian());
+    g[i] = static_cast<float>(rng.Gaussian());
+    m[i] = static_cast<float>(0.1 * rng.Gaussian());
+    v[i] = static_cast<float>(0.01 * rng.Uniform());
+  }
+  struct Set {
+    void *params, *master, *grads, *m, *v;
+  };
+  auto alloc = [&](size_t bytes) {
+    absl::StatusOr<void*> a = be->Alloc(bytes);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.ok() ? *a : nullptr;
+  };
+  auto make = [&]() {
+    Set s{alloc(n * 2), alloc(n * 4), alloc(n * 2), alloc(n * 4), alloc(n * 4)};
+    be->CopyFromHostF32(s.params, kernels::DType::kBF16, p.data(), n);
+    be->CopyFromHostF32(s.master, kernels::DType::kF32, p.data(), n);
+    be->CopyFromHostF32(s.grads, kernels::DType::kBF16, g.data(), n);
+    be->CopyFromHostF32(s.m, kernels::DType::kF32, m.data(), n);
+    be->CopyFromHostF32(s.v, kernels::DType::kF32, v.data(), n);
+    return s;
+  };
+  Set a = make(), b = make();
+  float* norm_sq = static_cast<float*>(alloc(4));
+  float* step = static_cast<float*>(alloc(kernels::Backend::kAdamWStepFloats * 4));
+  be->NormSquared(norm_sq, a.grads, n);
+  for (int t : {1, 7, 1000}) {
+    const float lr = 3e-4f * t;
+    be->AdamW(a.params, a.master, a.grads, a.m, a.v, nullptr, n, lr, 0.9f, 0.95f, 1e-8f, 0.1f, t,
+              1.0f, norm_sq, 1.0f);
+    be->SetAdamWStep(step, lr, t, 0.9f, 0.95f);
+    be->AdamWDeviceStep(b.params, b.master, b.grads, b.m, b.v, nullptr, n, step, 0.9f, 0.95f, 1e-8f,
+                        0.1f, 1.0f, norm_sq, 1.0f);
+  }
+  ASSERT_TRUE(be->Synchronize().ok());
+  auto read = [&](const void* src, size_t bytes) {
+    std::vector<char> out(bytes);
+    be->CopyToHost(out.data(), src, bytes);
+    return out;
+  };
+  EXPECT_EQ(read(a.params, n * 2), read(b.params, n * 2));
+  EXPECT_EQ(read(a.master, n * 4), read(b.master, n * 4));
+  EXPECT_EQ(read(a.m, n * 4), read(b.m, n * 4));
+  EXPECT_EQ(read(a.v, n * 4), read(b.v, n * 4));
+  EXPECT_NE(read(a.master, n * 4),
+            std::vector<char>(reinterpret_cast<const char*>(p.data()),
+                              reinterpret_cast<const char*>(p.data()) + n * 4));
+}
+
+TEST(GpuStepGraphTest, ForbiddenCallFailsTheCaptureAndTheBackendStaysUsable) {
+  std::unique_ptr<kernels::Backend> be = Gpu(true);
+  if (!be) GTEST_SKIP() << "no usable CUDA device";
+  absl::StatusOr<void*> buf = be->Alloc(1024);
+  ASSERT_TRUE(buf.ok());
+  ASSERT_TRUE(be->BeginCapture().ok());
+  EXPECT_EQ(be->BeginCapture().code(), absl::StatusCode::kFailedPrecondition);
+  be->Memset0(*buf, 1024);
+  char host[16];
+  be->CopyToHost(host, *buf, sizeof(host));  // synchronises: not capturable
+  absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = be->EndCapture();
+  ASSERT_FALSE(g.ok());
+  EXPECT_THAT(g.status().message(), HasSubstr("graph capture"));
+  // Nothing ran; the backend works eagerly and can record again.
+  std::vector<float> ones(256, 1.0f), back(256, 0.0f);
+  be->CopyFromHostF32(*buf, kernels::DType::kF32, ones.data(), 256);
+  ASSERT_TRUE(be->BeginCapture().ok());
+  be->Memset0(*buf, 512);  // the first 128 floats
+  absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> ok = be->EndCapture();
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->num_nodes(), 1);
+  be->CopyToHostF32(back.data(), *buf, kernels::DType::kF32, 256);
+  EXPECT_EQ(back[0], 1.0f) << "recorded work must not run before Replay";
+  be->Replay(**ok);
+  be->CopyToHostF32(back.data(), *buf, kernels::DType::kF32, 256);
+  ASSERT_TRUE(be->Synchronize().ok());
+  EXPECT_EQ(back[0], 0.0f);
+  EXPECT_EQ(back[127], 0.0f);
+  EXPECT_EQ(back[128], 1.0f);
+}
+
+// The trainer: training.cuda_graph on against off, deterministic, warmup + cosine.
+struct TrainerRun {
+  absl::Status status;
+  std::vector<v1::StepReport> steps;
+  std::vector<std::string> info;
+  std::string weights;
+};
+
+TrainerRun Train(const std::string& mode, const std::string& dir) {
+  absl::StatusOr<v1::JobSpec> spec = common::LoadJobSpec(
+      "{}",
+      {"model.hidden=128", "model.heads=2", "model.layers=2", "model.ffn=512", "model.context=64",
+       "training.batch_size=4", "training.steps=10", "training.warmup_steps=3",
+       "training.schedule=cosine", "training.lr=3e-3", "training.min_lr_ratio=0.1",
+       "generation.tokens=0", "training.deterministic=true", "precision=bf16",
+       "resources.backend=cuda", std::string("training.cuda_graph=") + mode});
+  TrainerRun run;
+  if (!spec.ok()) {
+    run.status = spec.status();
+    return run;
+  }
+  TrainerOptions o;
+  o.spec = *spec;
+  o.backend = "cuda";
+  o.weights_out = dir + "/weights-" + mode + ".safetensors";
+  o.on_step = [&run](const v1::StepReport& r) { run.steps.push_back(r); };
+  o.on_info = [&run](absl::string_view l) { run.info.emplace_back(l); };
+  run.status = RunTrainer(o);
+  std::ifstream in(o.weights_out, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  run.weights = bytes.str();
+  return run;
+}
+
+TEST(GpuStepGraphTrainerTest, GraphRunMatchesEagerRunBitForBit) {
+  if (!Gpu(true)) GTEST_SKIP() << "no usable CUDA device";
+  TempDir dir("step-graph-gpu-test");
+  const TrainerRun eager = Train("off", dir.path());
+  ASSERT_TRUE(eager.status.ok()) << eager.status;
+  const TrainerRun graph = Train("on", dir.path());
+  ASSERT_TRUE(graph.status.ok()) << graph.status;
+  ASSERT_EQ(eager.steps.size(), 10u);
+  ASSERT_EQ(graph.steps.size(), 10u);
+  EXPECT_THAT(eager.info, Contains("cuda graph: off (training.cuda_graph is off)"));
+  EXPECT_THAT(graph.info, Contains(HasSubstr("cuda graph: captured the training step at step 3")));
+  for (size_t i = 0; i < 10; ++i) {
+    const v1::StepReport &e = eager.steps[i], &g = graph.steps[i];
+    EXPECT_FALSE(e.cuda_graph());
+    EXPECT_EQ(g.cuda_graph(), i >= 2) << "step " << g.step();
+    EXPECT_EQ(g.lr(), e.lr()) << "step " << g.step();
+    EXPECT_EQ(g.loss(), e.loss()) << "step " << g.step();
+    EXPECT_EQ(g.grad_norm(), e.grad_norm()) << "step " << g.step();
+    if (i > 0) EXPECT_NE(g.lr(), graph.steps[i - 1].lr()) << "the schedule must move";
+  }
+  ASSERT_FALSE(eager.weights.empty());
+  EXPECT_TRUE(eager.weights == graph.weights) << "final weights differ";
+}
+
+}  // namespace
+}  // namespace boulder::engine

@@ -1,0 +1,455 @@
+// StepGraph without a GPU: the cpu backend's fallback and the mode checks, and the replay
+// logic itself over RecordingBackend, a cpu backend that records ops between BeginCapture and
+// EndCapture as a CUDA graph does (pointers and host-side arguments baked in, host copies and
+// syncs forbidden) and replays them. Eager and replayed runs must then agree bit for bit: a
+// per-step value baked into the recording (the learning rate, the AdamW step) would show.
+#include "worker/engine/step_graph.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/engine/step_graph_testing.h"
+#include "worker/engine/trainer.h"
+
+namespace boulder::engine {
+namespace {
+
+using ::testing::Contains;
+using testing::FirstBitDifference;
+using ::testing::HasSubstr;
+using testing::StepRun;
+using testing::TrainSteps;
+
+class RecordingBackend final : public kernels::Backend {
+ public:
+  RecordingBackend() : be_(kernels::NewCpuBackend(1)) {}
+
+  class Recorded final : public Graph {
+   public:
+    explicit Recorded(std::vector<std::function<void()>> ops) : ops_(std::move(ops)) {}
+    int64_t num_nodes() const override { return static_cast<int64_t>(ops_.size()); }
+    void Run() const {
+      for (const auto& op : ops_) op();
+    }
+
+   private:
+    std::vector<std::function<void()>> ops_;
+  };
+
+  // Every EndCapture() after a BeginCapture() fails (a capture the device would reject).
+  void set_fail_captures(bool on) { fail_captures_ = on; }
+  int captures() const { return captures_; }
+  int replays() const { return replays_; }
+
+  absl::Status BeginCapture() override {
+    if (capturing_) return absl::FailedPreconditionError("already capturing");
+    capturing_ = true;
+    forbidden_.clear();
+    ops_.clear();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override {
+    capturing_ = false;
+    if (!forbidden_.empty())
+      return absl::InternalError(absl::StrCat(forbidden_, " while capturing"));
+    if (fail_captures_ && !ops_.empty()) return absl::InternalError("injected capture failure");
+    ++captures_;
+    return std::make_unique<Recorded>(std::move(ops_));
+  }
+  void Replay(const Graph& graph) override {
+    ++replays_;
+    dynamic_cast<const Recorded&>(graph).Run();
+  }
+
+  std::string name() const override { return "recording-cpu"; }
+  kernels::DType compute_dtype() const override { return be_->compute_dtype(); }
+  kernels::DType state_dtype() const override { return be_->state_dtype(); }
+  absl::StatusOr<void*> Alloc(size_t bytes) override {
+    Forbid("Alloc");
+    return be_->Alloc(bytes);
+  }
+  void Free(void* ptr) override {
+    Forbid("Free");
+    be_->Free(ptr);
+  }
+  void CopyFromHostF32(void* dst, kernels::DType dtype, const float* src, size_t n) override {
+    Forbid("CopyFromHostF32");
+    be_->CopyFromHostF32(dst, dtype, src, n);
+  }
+  void CopyToHostF32(float* dst, const void* src, kernels::DType dtype, size_t n) override {
+    Forbid("CopyToHostF32");
+    be_->CopyToHostF32(dst, src, dtype, n);
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    Forbid("CopyFromHost");
+    be_->CopyFromHost(dst, src, bytes);
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    Forbid("CopyToHost");
+    be_->CopyToHost(dst, src, bytes);
+  }
+  absl::Status Synchronize() override {
+    Forbid("Synchronize");
+    return be_->Synchronize();
+  }
+  kernels::MemoryStats GetMemoryStats() const override { return be_->GetMemoryStats(); }
+
+  // Every op: recorded while capturing, else run.
+  void Memset0(void* p, size_t bytes) override {
+    Op([=] { be_->Memset0(p, bytes); });
+  }
+  void EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                      int T, int C) override {
+    Op([=] { be_->EncoderForward(out, tokens, wte, wpe, B, T, C); });
+  }
+  void EncoderBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
+                       int T, int C) override {
+    Op([=] { be_->EncoderBackward(dwte, dwpe, dout, tokens, B, T, C); });
+  }
+  void LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                        const void* bias, int N, int C) override {
+    Op([=] { be_->LayerNormForward(out, mean, rstd, inp, weight, bias, N, C); });
+  }
+  void LayerNormBackward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                         const void* weight, const float* mean, const float* rstd, int N,
+                         int C) override {
+    Op([=] { be_->LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C); });
+  }
+  void MatmulForward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                     const void* bias, int N, int C, int OC, kernels::Epilogue e) override {
+    Op([=] { be_->MatmulForward(out, pre_gelu, inp, weight, bias, N, C, OC, e); });
+  }
+  void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout, const void* pre_gelu,
+                      const void* inp, const void* weight, int N, int C, int OC) override {
+    Op([=] { be_->MatmulBackward(dinp, dweight, dbias, dout, pre_gelu, inp, weight, N, C, OC); });
+  }
+  void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
+                        int NH) override {
+    Op([=] { be_->AttentionForward(out, stats, qkv, B, T, C, NH); });
+  }
+  void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                         const float* stats, int B, int T, int C, int NH) override {
+    Op([=] { be_->AttentionBackward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+  }
+  void ResidualForward(void* out, const void* a, const void* b, size_t n) override {
+    Op([=] { be_->ResidualForward(out, a, b, n); });
+  }
+  void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
+                           int Vp, float dloss) override {
+    Op([=] { be_->SoftmaxCrossEntropy(losses, logits, targets, N, V, Vp, dloss); });
+  }
+  void NormSquared(float* out, const void* x, size_t n) override {
+    Op([=] { be_->NormSquared(out, x, n); });
+  }
+  void AdamW(void* params, void* master, const void* grads, void* m, void* v,
+             const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
+             float weight_decay, int t, float grad_scale, const float* norm_sq,
+             float max_norm) override {
+    Op([=] {
+      be_->AdamW(params, master, grads, m, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, t,
+                 grad_scale, norm_sq, max_norm);
+    });
+  }
+  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) override {
+    Op([=] { be_->SetAdamWStep(step, lr, t, beta1, beta2); });
+  }
+  void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
+                       const uint8_t* decay_mask, size_t n, const float* step, float beta1,
+                       float beta2, float eps, float weight_decay, float grad_scale,
+                       const float* norm_sq, float max_norm) override {
+    Op([=] {
+      be_->AdamWDeviceStep(params, master, grads, m, v, decay_mask, n, step, beta1, beta2, eps,
+                           weight_decay, grad_scale, norm_sq, max_norm);
+    });
+  }
+  void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override {
+    Op([=] { be_->Argmax(out, logits, N, V, Vp); });
+  }
+  absl::Status Fp8Supported() const override { return be_->Fp8Supported(); }
+  void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
+               kernels::Fp8Format format, const float* scale, float* amax,
+               uint64_t* counts) override {
+    Op([=] { be_->CastFp8(out, out_t, inp, rows, cols, format, scale, amax, counts); });
+  }
+  void MatmulFp8(void* out, const uint8_t* a, kernels::Fp8Format a_format, const float* a_scale_inv,
+                 const uint8_t* b, kernels::Fp8Format b_format, const float* b_scale_inv,
+                 const void* bias, int M, int N, int K, bool accumulate, bool fast_accum) override {
+    Op([=] {
+      be_->MatmulFp8(out, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M, N, K,
+                     accumulate, fast_accum);
+    });
+  }
+  void GeluForward(void* out, const void* inp, size_t n) override {
+    Op([=] { be_->GeluForward(out, inp, n); });
+  }
+  void GeluBackward(void* dout, const void* pre, size_t n) override {
+    Op([=] { be_->GeluBackward(dout, pre, n); });
+  }
+  void BiasBackward(void* dbias, const void* dout, int N, int OC) override {
+    Op([=] { be_->BiasBackward(dbias, dout, N, OC); });
+  }
+  void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
+                      const float* fp8_max, int n, int history_len, bool use_history_max,
+                      int margin) override {
+    Op([=] {
+      be_->Fp8ScaleUpdate(scale, scale_inv, history, amax, fp8_max, n, history_len, use_history_max,
+                          margin);
+    });
+  }
+
+ private:
+  void Forbid(const char* what) {
+    if (capturing_ && forbidden_.empty()) forbidden_ = what;
+  }
+  void Op(std::function<void()> op) {
+    if (capturing_) {
+      ops_.push_back(std::move(op));
+    } else {
+      op();
+    }
+  }
+
+  std::unique_ptr<kernels::Backend> be_;
+  bool capturing_ = false;
+  std::string forbidden_;  // the first forbidden call of the current capture
+  std::vector<std::function<void()>> ops_;
+  bool fail_captures_ = false;
+  int captures_ = 0;
+  int replays_ = 0;
+};
+
+ModelOptions SmallOptions(int accum) {
+  ModelOptions o;
+  o.config.vocab_size = 23;
+  o.config.padded_vocab_size = PaddedVocabSize(23);
+  o.config.hidden = 16;
+  o.config.heads = 2;
+  o.config.layers = 2;
+  o.config.ffn = 32;
+  o.config.context = 12;
+  o.batch_size = 3;
+  o.seq_len = 12;
+  o.grad_accum_steps = accum;
+  o.adamw.weight_decay = 0.1f;
+  o.adamw.grad_clip = 0.5f;  // low enough that clipping acts: the norm must reach AdamW
+  o.seed = 11;
+  return o;
+}
+
+class ReplayMatchesEagerTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReplayMatchesEagerTest, LossesNormsAndParametersBitIdentical) {
+  const int accum = GetParam(), steps = 7;
+  RecordingBackend eager_be, graph_be;
+  absl::StatusOr<StepRun> eager = TrainSteps(&eager_be, SmallOptions(accum), "off", steps);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(&graph_be, SmallOptions(accum), "on", steps);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+
+  EXPECT_EQ(eager_be.captures(), 0);
+  // StepGraph::Create's empty probe, then one graph (accum 1) or micro-step and optimizer.
+  EXPECT_EQ(graph_be.captures(), accum == 1 ? 2 : 3);
+  EXPECT_EQ(graph_be.replays(), (steps - 2) * (accum == 1 ? 1 : accum + 1));
+  EXPECT_EQ(graph->graphed, std::vector<bool>({false, false, true, true, true, true, true}));
+  EXPECT_THAT(graph->info, Contains(HasSubstr("captured the training step at step 3")));
+  // The schedule changes the learning rate at every step (warmup, then cosine).
+  for (int s = 1; s < steps; ++s) EXPECT_NE(graph->lrs[s], graph->lrs[s - 1]) << s;
+
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+      << ::testing::PrintToString(eager->losses) << " vs "
+      << ::testing::PrintToString(graph->losses);
+  EXPECT_EQ(FirstBitDifference(eager->norms, graph->norms), -1);
+  ASSERT_EQ(eager->params.size(), graph->params.size());
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  EXPECT_GT(graph->norms.back(), 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, ReplayMatchesEagerTest, ::testing::Values(1, 3));
+
+TEST(StepGraphTest, ReplayedStepsUseEachStepsLearningRate) {
+  // Steps 4 and 5 replay with lr 0, so the parameters stay exactly where step 3 left them. A
+  // learning rate baked into the recording (step 3's) would move them.
+  RecordingBackend a_be, b_be;
+  absl::StatusOr<StepRun> three = TrainSteps(&a_be, SmallOptions(1), "on", 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  absl::StatusOr<StepRun> five =
+      TrainSteps(&b_be, SmallOptions(1), "on", 5, [](int step) { return step >= 4 ? 0.0 : -1.0; });
+  ASSERT_TRUE(five.ok()) << five.status();
+  ASSERT_EQ(five->graphed, std::vector<bool>({false, false, true, true, true}));
+  EXPECT_EQ(FirstBitDifference(three->params, five->params), -1);
+  // The zero-lr steps did run: their losses are those of step 3's weights on new batches.
+  EXPECT_GT(five->losses[4], 0.0);
+  EXPECT_GT(five->norms[4], 0.0f);
+}
+
+TEST(StepGraphTest, RecordingRejectsHostCopies) {
+  // The recording backend fails a capture that copies to or from the host, as CUDA's
+  // thread-local capture does: the eager Forward() cannot be recorded.
+  RecordingBackend be;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(&be, SmallOptions(1));
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE(be.BeginCapture().ok());
+  std::vector<int32_t> ids(3 * 12, 1);
+  (void)(*model)->Forward(ids, ids);
+  absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = be.EndCapture();
+  EXPECT_THAT(g.status().message(), HasSubstr("CopyFromHost while capturing"));
+}
+
+TEST(StepGraphTest, FailedCaptureRunsEagerlyInAutoAndFailsInOn) {
+  RecordingBackend eager_be, auto_be, on_be;
+  auto_be.set_fail_captures(true);
+  on_be.set_fail_captures(true);
+  absl::StatusOr<StepRun> eager = TrainSteps(&eager_be, SmallOptions(1), "off", 4);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> fallback = TrainSteps(&auto_be, SmallOptions(1), "auto", 4);
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->graphed, std::vector<bool>(4, false));
+  EXPECT_THAT(fallback->info,
+              Contains("cuda graph: off from step 3 (capturing the step failed: injected capture "
+                       "failure); steps run eagerly"));
+  EXPECT_EQ(FirstBitDifference(eager->params, fallback->params), -1);
+  absl::StatusOr<StepRun> on = TrainSteps(&on_be, SmallOptions(1), "on", 4);
+  EXPECT_EQ(on.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(on.status().message(),
+              HasSubstr("step 3: training.cuda_graph: on, but capturing the step failed: "
+                        "injected capture failure"));
+}
+
+TEST(StepGraphTest, CpuBackendRunsEagerlyInAutoAndRefusesOn) {
+  std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackend(1);
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(be.get(), SmallOptions(1));
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<std::string> info;
+  StepGraphOptions o;
+  o.on_info = [&info](absl::string_view l) { info.emplace_back(l); };
+  for (const char* mode : {"auto", ""}) {
+    o.mode = mode;
+    absl::StatusOr<std::unique_ptr<StepGraph>> g = StepGraph::Create(be.get(), model->get(), o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_FALSE((*g)->enabled());
+    EXPECT_EQ((*g)->reason(), "the cpu backend cannot capture graphs");
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<std::optional<StepGraph::Result>> r =
+          (*g)->Run(i + 1, 1e-3f, i + 1, [](int) { return Batch(); });
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_FALSE(r->has_value());
+    }
+  }
+  EXPECT_THAT(info, Contains("cuda graph: off (the cpu backend cannot capture graphs)"));
+  o.mode = "on";
+  absl::StatusOr<std::unique_ptr<StepGraph>> on = StepGraph::Create(be.get(), model->get(), o);
+  EXPECT_EQ(on.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(on.status().message(),
+              HasSubstr("training.cuda_graph: on, but the step cannot run as a CUDA graph: the "
+                        "cpu backend cannot capture graphs"));
+}
+
+TEST(StepGraphTest, ModesAndConditions) {
+  RecordingBackend be;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(&be, SmallOptions(1));
+  ASSERT_TRUE(model.ok()) << model.status();
+  StepGraphOptions o;
+  o.mode = "sometimes";
+  EXPECT_EQ(
+      StepGraph::Create(&be, model->get(), o).status(),
+      absl::InvalidArgumentError("training.cuda_graph: unknown 'sometimes' (auto, on or off)"));
+  o.mode = "off";
+  absl::StatusOr<std::unique_ptr<StepGraph>> off = StepGraph::Create(&be, model->get(), o);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->enabled());
+  o.mode = "auto";
+  absl::StatusOr<std::unique_ptr<StepGraph>> on_recording = StepGraph::Create(&be, model->get(), o);
+  ASSERT_TRUE(on_recording.ok());
+  EXPECT_TRUE((*on_recording)->enabled());
+  struct Condition {
+    bool StepGraphOptions::*flag;
+    const char* reason;
+  };
+  for (const Condition& c : {Condition{&StepGraphOptions::fp8, "precision fp8"},
+                             Condition{&StepGraphOptions::data_parallel, "data parallelism"},
+                             Condition{&StepGraphOptions::profiling, "per-kernel profiling"}}) {
+    StepGraphOptions with = o;
+    with.*c.flag = true;
+    with.mode = "auto";
+    absl::StatusOr<std::unique_ptr<StepGraph>> g = StepGraph::Create(&be, model->get(), with);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_FALSE((*g)->enabled());
+    EXPECT_THAT((*g)->reason(), HasSubstr(c.reason));
+    with.mode = "on";
+    g = StepGraph::Create(&be, model->get(), with);
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(g.status().message(), HasSubstr(c.reason));
+  }
+}
+
+// The trainer on the cpu backend: auto trains eagerly and says so, on is refused up front.
+v1::JobSpec CpuSpec(const std::string& mode) {
+  v1::JobSpec s;
+  s.set_name("graph-cpu");
+  v1::ModelSpec* m = s.mutable_model();
+  m->set_vocab_size(96);
+  m->set_hidden(32);
+  m->set_heads(2);
+  m->set_layers(1);
+  m->set_ffn(64);
+  m->set_context(16);
+  s.mutable_data()->set_source("arithmetic");
+  s.mutable_data()->set_max_stride(6);
+  v1::TrainingSpec* t = s.mutable_training();
+  t->set_steps(4);
+  t->set_batch_size(2);
+  t->set_seq_len(16);
+  t->set_lr(1e-3);
+  t->set_beta1(0.9);
+  t->set_beta2(0.95);
+  t->set_eps(1e-8);
+  t->set_schedule("constant");
+  t->set_grad_accum_steps(1);
+  t->set_grad_clip(1.0);
+  t->set_seed(1);
+  t->set_log_every_steps(1);
+  t->set_cuda_graph(mode);
+  s.set_precision("fp32");
+  s.mutable_resources()->set_workers(1);
+  s.mutable_resources()->set_backend("cpu");
+  s.mutable_generation()->set_prompt_len(4);
+  s.mutable_generation()->set_tokens(0);
+  return s;
+}
+
+TEST(StepGraphTrainerTest, CpuAutoTrainsEagerlyAndSaysSo) {
+  TrainerOptions o;
+  o.spec = CpuSpec("auto");
+  o.threads = 1;
+  std::vector<v1::StepReport> steps;
+  std::vector<std::string> info;
+  o.on_step = [&steps](const v1::StepReport& r) { steps.push_back(r); };
+  o.on_info = [&info](absl::string_view l) { info.emplace_back(l); };
+  ASSERT_TRUE(RunTrainer(o).ok());
+  ASSERT_EQ(steps.size(), 4u);
+  for (const v1::StepReport& r : steps) EXPECT_FALSE(r.cuda_graph()) << r.step();
+  EXPECT_THAT(info, Contains("cuda graph: off (the cpu backend cannot capture graphs)"));
+}
+
+TEST(StepGraphTrainerTest, CpuOnAndUnknownModeAreRefused) {
+  TrainerOptions o;
+  o.spec = CpuSpec("on");
+  o.threads = 1;
+  absl::Status on = RunTrainer(o);
+  EXPECT_EQ(on.code(), absl::StatusCode::kFailedPrecondition) << on;
+  EXPECT_THAT(on.message(), HasSubstr("training.cuda_graph: on"));
+  o.spec = CpuSpec("maybe");
+  absl::Status bad = RunTrainer(o);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_THAT(bad.message(), HasSubstr("training.cuda_graph: unknown 'maybe'"));
+}
+
+}  // namespace
+}  // namespace boulder::engine
