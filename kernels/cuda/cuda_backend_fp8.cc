@@ -91,7 +91,7 @@ void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8
                                 const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                                 const float* b_scale_inv, const void* bias, int M, int N, int K) {
   if (!Ok()) return;
-  if (fused_epilogues_ && M % 16 == 0 && N % 16 == 0 && K % 16 == 0 &&
+  if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0 &&
       (a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3)) {
     ProfileScope profile(this, "MatmulFp8Gelu");
     GemmShape s;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
@@ -178,7 +179,8 @@ TEST(ModelGpuTest, SeedJobLearnsLikeCpu) {
   std::vector<int32_t> seq(gpu.generation.prompt().begin(), gpu.generation.prompt().end());
   seq.insert(seq.end(), gpu.generation.tokens().begin(), gpu.generation.tokens().end());
   int32_t stride = 0;
-  EXPECT_TRUE(HasConstantStride(seq, 96, &stride)) << absl::StrCat("generated: ", seq.size());
+  EXPECT_TRUE(HasConstantStride(seq, 96, &stride))
+      << "prompt + generated: " << absl::StrJoin(seq, " ");
 }
 
 TEST(ModelGpuTest, DeterministicLosses) {

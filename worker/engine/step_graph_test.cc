@@ -195,12 +195,12 @@ class RecordingBackend final : public kernels::Backend {
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override {
     Op([=] { be_->BiasBackward(dbias, dout, N, OC); });
   }
-  void Fp8ScaleUpdate(float* scale, float* scale_inv, float* history, float* amax,
-                      const float* fp8_max, int n, int history_len, bool use_history_max,
-                      int margin) override {
+  void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
+                      float* amax, const float* fp8_max, int n, int history_len,
+                      bool use_history_max, int margin) override {
     Op([=] {
-      be_->Fp8ScaleUpdate(scale, scale_inv, history, amax, fp8_max, n, history_len, use_history_max,
-                          margin);
+      be_->Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n,
+                          history_len, use_history_max, margin);
     });
   }
 
