@@ -12,6 +12,21 @@ cudaDataType_t CudaType(Fp8Format f) {
   return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
 
+// Row-major out[M,N] = a[M,K]·b[N,K]ᵀ is column-major outᵀ[N,M] = bᵀ(T)·a(N): A = b, B = a.
+GemmShape Fp8Shape(int M, int N, int K, Fp8Format a_format, Fp8Format b_format) {
+  GemmShape s;
+  s.trans_a = true;
+  s.m = N;
+  s.n = M;
+  s.k = K;
+  s.lda = K;
+  s.ldb = K;
+  s.ldd = N;
+  s.a_type = CudaType(b_format);
+  s.b_type = CudaType(a_format);
+  return s;
+}
+
 }  // namespace
 
 #define BOULDER_REQUIRE_FP8(cond, msg)                                       \
@@ -70,19 +85,9 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
   BOULDER_REQUIRE_FP8(a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3,
                       "FP8 GEMM with two E5M2 operands (cuBLASLt needs one E4M3)");
   BOULDER_REQUIRE_FP8(!(accumulate && bias != nullptr), "FP8 GEMM: bias with accumulate");
-  // Row-major out[M,N] = a[M,K]·b[N,K]ᵀ is column-major outᵀ[N,M] = bᵀ(T)·a(N).
-  GemmShape s;
-  s.trans_a = true;
-  s.m = N;
-  s.n = M;
-  s.k = K;
-  s.lda = K;
-  s.ldb = K;
-  s.ldd = N;
+  GemmShape s = Fp8Shape(M, N, K, a_format, b_format);
   s.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   s.accumulate = accumulate;
-  s.a_type = CudaType(b_format);
-  s.b_type = CudaType(a_format);
   s.fast_accum = fast_accum;
   Check(matmul_->Run(s, b, a, out, bias, nullptr, stream_, b_scale_inv, a_scale_inv));
 }
@@ -94,17 +99,8 @@ void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8
   if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0 &&
       (a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3)) {
     ProfileScope profile(this, "MatmulFp8Gelu");
-    GemmShape s;
-    s.trans_a = true;
-    s.m = N;
-    s.n = M;
-    s.k = K;
-    s.lda = K;
-    s.ldb = K;
-    s.ldd = N;
+    GemmShape s = Fp8Shape(M, N, K, a_format, b_format);
     s.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    s.a_type = CudaType(b_format);
-    s.b_type = CudaType(a_format);
     s.fast_accum = true;
     absl::StatusOr<bool> ran =
         matmul_->TryRun(s, b, a, out, bias, pre_gelu, stream_, b_scale_inv, a_scale_inv);

@@ -35,37 +35,79 @@ __device__ __forceinline__ uint8_t ToFp8(float y, bool e4m3) {
               : __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E5M2);
 }
 
+// One thread's statistics of a cast (see Backend::CastFp8): amax as the bit pattern of |x|.
+struct CastStats {
+  unsigned int amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+};
+
+// q = fp8(x · scale), counted into st.
+__device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, bool e4m3,
+                                           CastStats& st) {
+  const float y = __fmul_rn(x, scale);
+  const uint8_t q = ToFp8(y, e4m3);
+  st.amax = max(st.amax, __float_as_uint(fabsf(x)));
+  if (!isfinite(x)) {
+    ++st.non_finite;
+  } else {
+    if (fabsf(y) > fp8_max) ++st.saturated;
+    if (x != 0.0f && (q & 0x7F) == 0) ++st.underflow;
+  }
+  return q;
+}
+
+// A block's statistics in shared memory.
+struct BlockCastStats {
+  unsigned int amax;
+  unsigned int counts[3];  // saturated, underflow, non-finite
+};
+
+// Thread tid 0 zeroes s; the block must synchronise before anyone adds to it.
+__device__ __forceinline__ void InitBlockCastStats(BlockCastStats& s, int tid) {
+  if (tid == 0) s.amax = 0, s.counts[0] = s.counts[1] = s.counts[2] = 0;
+}
+
+// Every thread of the block calls this (it synchronises the block; tid is the thread's linear
+// index, warps are 32 consecutive tids): a reduction per warp, one shared atomic per warp,
+// then one global atomicMax for amax and one atomicAdd per non-zero counter per block.
+__device__ __forceinline__ void FlushCastStats(CastStats st, BlockCastStats& s, int tid,
+                                               float* amax, unsigned long long* counts) {
+  st.amax = __reduce_max_sync(0xffffffffu, st.amax);
+  st.saturated = __reduce_add_sync(0xffffffffu, st.saturated);
+  st.underflow = __reduce_add_sync(0xffffffffu, st.underflow);
+  st.non_finite = __reduce_add_sync(0xffffffffu, st.non_finite);
+  if (tid % 32 == 0) {
+    atomicMax(&s.amax, st.amax);
+    if (st.saturated) atomicAdd(&s.counts[0], st.saturated);
+    if (st.underflow) atomicAdd(&s.counts[1], st.underflow);
+    if (st.non_finite) atomicAdd(&s.counts[2], st.non_finite);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    if (s.amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s.amax);
+    for (int k = 0; k < 3; ++k) {
+      if (s.counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s.counts[k]));
+    }
+  }
+}
+
 __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
                               bool e4m3, const float* scale_p, float* amax,
                               unsigned long long* counts) {
   __shared__ uint8_t tile[kTile][kTile + 1];
-  __shared__ unsigned int s_amax;
-  __shared__ unsigned int s_counts[3];
+  __shared__ BlockCastStats s_stats;
   const int tid = threadIdx.y * kTile + threadIdx.x;
-  if (tid == 0) {
-    s_amax = 0;
-    s_counts[0] = s_counts[1] = s_counts[2] = 0;
-  }
+  InitBlockCastStats(s_stats, tid);
   __syncthreads();
   const float scale = *scale_p;
   const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
   const int c0 = blockIdx.x * kTile, r0 = blockIdx.y * kTile;
-  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  CastStats st;
   for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {
     const int r = r0 + i, c = c0 + threadIdx.x;
     uint8_t q = 0;
     if (r < rows && c < cols) {
-      const float x = __bfloat162float(inp[size_t(r) * cols + c]);
-      const float y = __fmul_rn(x, scale);
-      q = ToFp8(y, e4m3);
+      q = CastOne(__bfloat162float(inp[size_t(r) * cols + c]), scale, fp8_max, e4m3, st);
       if (out != nullptr) out[size_t(r) * cols + c] = q;
-      my_amax = max(my_amax, __float_as_uint(fabsf(x)));
-      if (!isfinite(x)) {
-        ++non_finite;
-      } else {
-        if (fabsf(y) > fp8_max) ++saturated;
-        if (x != 0.0f && (q & 0x7F) == 0) ++underflow;
-      }
     }
     tile[i][threadIdx.x] = q;
   }
@@ -76,23 +118,7 @@ __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int
       if (c < cols && r < rows) out_t[size_t(c) * rows + r] = tile[threadIdx.x][i];
     }
   }
-  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
-  saturated = __reduce_add_sync(0xffffffffu, saturated);
-  underflow = __reduce_add_sync(0xffffffffu, underflow);
-  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
-  if (threadIdx.x == 0) {
-    atomicMax(&s_amax, my_amax);
-    if (saturated) atomicAdd(&s_counts[0], saturated);
-    if (underflow) atomicAdd(&s_counts[1], underflow);
-    if (non_finite) atomicAdd(&s_counts[2], non_finite);
-  }
-  __syncthreads();
-  if (tid == 0) {
-    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
-    for (int k = 0; k < 3; ++k) {
-      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
-    }
-  }
+  FlushCastStats(st, s_stats, tid, amax, counts);
 }
 
 // The fast path for rows and cols multiples of 8 (every FP8 GEMM operand: their dims are
@@ -104,88 +130,81 @@ __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int
 // same counting rules as CastFp8Kernel.
 constexpr int kVecTile = 64;
 constexpr int kVecThreads = 256;  // 8 threads per 64-column row, 32 rows per pass
+constexpr int kVecRowsPerPass = kVecThreads / 8;
 constexpr int kVecPitch = kVecTile + 8;
+
+// Row i of a 64x64 tile, this thread's 8 values x (columns lane_c..lane_c+7): cast into
+// out_row (8 bytes, unless null) and into column lane_c.. of the transposed shared tile.
+// A thread out of range passes in_range false and writes zeros into the tile only.
+__device__ __forceinline__ void CastRow8(const float (&x)[8], bool in_range, float scale,
+                                         float fp8_max, bool e4m3, CastStats& st,
+                                         uint8_t* out_row, uint8_t (&tile_t)[kVecTile][kVecPitch],
+                                         int i, int lane_c) {
+  uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (in_range) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = CastOne(x[j], scale, fp8_max, e4m3, st);
+    if (out_row != nullptr) {
+      uint2 packed;
+      uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) pb[j] = q[j];
+      *reinterpret_cast<uint2*>(out_row) = packed;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) tile_t[lane_c + j][i] = q[j];
+}
+
+// The transposed tile (rows r0.., columns c0..) into out_t: row cc of the transpose holds
+// input column cc; 8 threads write its 64 bytes. rows % 8 == 0: all 8 rows are in range.
+__device__ __forceinline__ void StoreTransposedTile(uint8_t* out_t,
+                                                    const uint8_t (&tile_t)[kVecTile][kVecPitch],
+                                                    int r0, int c0, int rows, int cols,
+                                                    int lane_r, int lane_c) {
+  for (int i = lane_r; i < kVecTile; i += kVecRowsPerPass) {
+    const int cc = c0 + i, rr = r0 + lane_c;
+    if (cc < cols && rr < rows) {
+      *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
+          *reinterpret_cast<const uint2*>(&tile_t[i][lane_c]);
+    }
+  }
+}
 
 __global__ void __launch_bounds__(kVecThreads)
     CastFp8VecKernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
                      bool e4m3, const float* scale_p, float* amax, unsigned long long* counts) {
   __shared__ __align__(8) uint8_t tile_t[kVecTile][kVecPitch];  // [column][row] of the tile
-  __shared__ unsigned int s_amax;
-  __shared__ unsigned int s_counts[3];
-  if (threadIdx.x == 0) {
-    s_amax = 0;
-    s_counts[0] = s_counts[1] = s_counts[2] = 0;
-  }
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
   const float scale = *scale_p;
   const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
   const int tiles_c = (cols + kVecTile - 1) / kVecTile;
   const int tiles = tiles_c * ((rows + kVecTile - 1) / kVecTile);
   const int lane_c = (threadIdx.x % 8) * 8;  // first of this thread's 8 columns
   const int lane_r = threadIdx.x / 8;        // 0..31
-  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
+  CastStats st;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int r0 = (t / tiles_c) * kVecTile, c0 = (t % tiles_c) * kVecTile;
     const int c = c0 + lane_c;
-    for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
+    for (int i = lane_r; i < kVecTile; i += kVecRowsPerPass) {
       const int r = r0 + i;
-      uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (r < rows && c < cols) {  // cols % 8 == 0: all 8 columns are in range
+      const bool in_range = r < rows && c < cols;  // cols % 8 == 0: all 8 columns are in range
+      float x[8];
+      if (in_range) {
         const uint4 raw = *reinterpret_cast<const uint4*>(inp + size_t(r) * cols + c);
         const bf16* x8 = reinterpret_cast<const bf16*>(&raw);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float x = __bfloat162float(x8[j]);
-          const float y = __fmul_rn(x, scale);
-          q[j] = ToFp8(y, e4m3);
-          my_amax = max(my_amax, __float_as_uint(fabsf(x)));
-          if (!isfinite(x)) {
-            ++non_finite;
-          } else {
-            if (fabsf(y) > fp8_max) ++saturated;
-            if (x != 0.0f && (q[j] & 0x7F) == 0) ++underflow;
-          }
-        }
-        if (out != nullptr) {
-          uint2 packed;
-          uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) pb[j] = q[j];
-          *reinterpret_cast<uint2*>(out + size_t(r) * cols + c) = packed;
-        }
+        for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(x8[j]);
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) tile_t[lane_c + j][i] = q[j];
+      CastRow8(x, in_range, scale, fp8_max, e4m3, st,
+               out != nullptr ? out + size_t(r) * cols + c : nullptr, tile_t, i, lane_c);
     }
     __syncthreads();
-    if (out_t != nullptr) {
-      // Row cc of the transpose holds input column cc; 8 threads write its 64 bytes.
-      for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
-        const int cc = c0 + i, rr = r0 + lane_c;
-        if (cc < cols && rr < rows) {  // rows % 8 == 0: all 8 rows are in range
-          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
-              *reinterpret_cast<const uint2*>(&tile_t[i][lane_c]);
-        }
-      }
-    }
+    if (out_t != nullptr) StoreTransposedTile(out_t, tile_t, r0, c0, rows, cols, lane_r, lane_c);
     __syncthreads();
   }
-  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
-  saturated = __reduce_add_sync(0xffffffffu, saturated);
-  underflow = __reduce_add_sync(0xffffffffu, underflow);
-  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
-  if (threadIdx.x % 32 == 0) {
-    atomicMax(&s_amax, my_amax);
-    if (saturated) atomicAdd(&s_counts[0], saturated);
-    if (underflow) atomicAdd(&s_counts[1], underflow);
-    if (non_finite) atomicAdd(&s_counts[2], non_finite);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
-    for (int k = 0; k < 3; ++k) {
-      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
-    }
-  }
+  FlushCastStats(st, s_stats, threadIdx.x, amax, counts);
 }
 
 // The backward's cast of a Linear's output gradient, fused (the fast path's conditions):
@@ -199,13 +218,9 @@ __global__ void __launch_bounds__(kVecThreads)
                       float* partial, int rows, int cols, int tiles_per_chunk, bool e4m3,
                       const float* scale_p, float* amax, unsigned long long* counts) {
   __shared__ __align__(8) uint8_t tile_t[kVecTile][kVecPitch];
-  __shared__ float col_sums[kVecThreads / 8][kVecTile];
-  __shared__ unsigned int s_amax;
-  __shared__ unsigned int s_counts[3];
-  if (threadIdx.x == 0) {
-    s_amax = 0;
-    s_counts[0] = s_counts[1] = s_counts[2] = 0;
-  }
+  __shared__ float col_sums[kVecRowsPerPass][kVecTile];
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
   const float scale = *scale_p;
   const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
   const int lane_c = (threadIdx.x % 8) * 8;
@@ -215,15 +230,15 @@ __global__ void __launch_bounds__(kVecThreads)
   const int t_begin = blockIdx.y * tiles_per_chunk;
   const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
   float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  unsigned int my_amax = 0, saturated = 0, underflow = 0, non_finite = 0;
-  constexpr int kPasses = kVecTile / (kVecThreads / 8);  // rows of a tile per thread
+  CastStats st;
+  constexpr int kPasses = kVecTile / kVecRowsPerPass;  // rows of a tile per thread
   for (int t = t_begin; t < t_end; ++t) {
     const int r0 = t * kVecTile;
     // Every load of the tile first (memory-level parallelism), then the arithmetic.
     uint4 raws[kPasses], praws[kPasses];
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
-      const int r = r0 + lane_r + p * (kVecThreads / 8);
+      const int r = r0 + lane_r + p * kVecRowsPerPass;
       raws[p] = praws[p] = make_uint4(0, 0, 0, 0);
       if (r < rows && c < cols) {
         raws[p] = *reinterpret_cast<const uint4*>(dout + size_t(r) * cols + c);
@@ -232,50 +247,27 @@ __global__ void __launch_bounds__(kVecThreads)
     }
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
-      const int i = lane_r + p * (kVecThreads / 8);
+      const int i = lane_r + p * kVecRowsPerPass;
       const int r = r0 + i;
-      uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (r < rows && c < cols) {
+      const bool in_range = r < rows && c < cols;
+      float x[8];
+      if (in_range) {
         const bf16* d8 = reinterpret_cast<const bf16*>(&raws[p]);
         const bf16* p8 = reinterpret_cast<const bf16*>(&praws[p]);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          float x = __bfloat162float(d8[j]);
+          x[j] = __bfloat162float(d8[j]);
           if (pre != nullptr) {
-            x = __bfloat162float(__float2bfloat16(x * GeluTanhGrad(__bfloat162float(p8[j]))));
+            x[j] = __bfloat162float(__float2bfloat16(x[j] * GeluTanhGrad(__bfloat162float(p8[j]))));
           }
-          sums[j] += x;
-          const float y = __fmul_rn(x, scale);
-          q[j] = ToFp8(y, e4m3);
-          my_amax = max(my_amax, __float_as_uint(fabsf(x)));
-          if (!isfinite(x)) {
-            ++non_finite;
-          } else {
-            if (fabsf(y) > fp8_max) ++saturated;
-            if (x != 0.0f && (q[j] & 0x7F) == 0) ++underflow;
-          }
-        }
-        if (out != nullptr) {
-          uint2 packed;
-          uint8_t* pb = reinterpret_cast<uint8_t*>(&packed);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) pb[j] = q[j];
-          *reinterpret_cast<uint2*>(out + size_t(r) * cols + c) = packed;
+          sums[j] += x[j];
         }
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) tile_t[lane_c + j][i] = q[j];
+      CastRow8(x, in_range, scale, fp8_max, e4m3, st,
+               out != nullptr ? out + size_t(r) * cols + c : nullptr, tile_t, i, lane_c);
     }
     __syncthreads();
-    if (out_t != nullptr) {
-      for (int i = lane_r; i < kVecTile; i += kVecThreads / 8) {
-        const int cc = c0 + i, rr = r0 + lane_c;
-        if (cc < cols && rr < rows) {
-          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
-              *reinterpret_cast<const uint2*>(&tile_t[i][lane_c]);
-        }
-      }
-    }
+    if (out_t != nullptr) StoreTransposedTile(out_t, tile_t, r0, c0, rows, cols, lane_r, lane_c);
     __syncthreads();
   }
   if (partial != nullptr) {
@@ -284,36 +276,11 @@ __global__ void __launch_bounds__(kVecThreads)
     __syncthreads();
     if (threadIdx.x < kVecTile && c0 + threadIdx.x < cols) {
       float acc = 0.f;
-      for (int l = 0; l < kVecThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
+      for (int l = 0; l < kVecRowsPerPass; ++l) acc += col_sums[l][threadIdx.x];
       partial[size_t(blockIdx.y) * cols + c0 + threadIdx.x] = acc;
     }
   }
-  my_amax = __reduce_max_sync(0xffffffffu, my_amax);
-  saturated = __reduce_add_sync(0xffffffffu, saturated);
-  underflow = __reduce_add_sync(0xffffffffu, underflow);
-  non_finite = __reduce_add_sync(0xffffffffu, non_finite);
-  if (threadIdx.x % 32 == 0) {
-    atomicMax(&s_amax, my_amax);
-    if (saturated) atomicAdd(&s_counts[0], saturated);
-    if (underflow) atomicAdd(&s_counts[1], underflow);
-    if (non_finite) atomicAdd(&s_counts[2], non_finite);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (s_amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s_amax);
-    for (int k = 0; k < 3; ++k) {
-      if (s_counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s_counts[k]));
-    }
-  }
-}
-
-// dbias[c] += Σ_k partial[k, c] in k order (deterministic), BF16 result.
-__global__ void AddColumnPartialsKernel(bf16* dbias, const float* partial, int chunks, int cols) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float acc = 0.f;
-  for (int k = 0; k < chunks; ++k) acc += partial[size_t(k) * cols + c];
-  dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + acc);
+  FlushCastStats(st, s_stats, threadIdx.x, amax, counts);
 }
 
 int CastMaxBlocks() {
@@ -382,8 +349,7 @@ cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf
       out, out_t, dout, pre, partial, rows, cols, per_chunk, e4m3, scale, amax, counts);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || dbias == nullptr) return err;
-  AddColumnPartialsKernel<<<CeilDiv(cols, 256), 256, 0, s>>>(dbias, partial, used, cols);
-  return cudaGetLastError();
+  return ColumnFinish(dbias, partial, used, cols, s);  // dbias += Σ chunks, in chunk order
 }
 
 cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,

@@ -76,6 +76,11 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);
 
 // ---- reduce.cu ----
+// out[c] += Σ_k partial[k, c] over k = 0..chunks-1 in that order (deterministic), BF16 out
+// [C], FP32 partial [chunks, C]: the last pass of ColumnSumAccumulate, shared with the FP8
+// backward cast's bias gradient.
+cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cudaStream_t s);
+
 // dbias[c] += Σ_rows x[r, c], deterministic two-stage column sum (x is [N, C]).
 cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratch& scratch,
                                 cudaStream_t s);
