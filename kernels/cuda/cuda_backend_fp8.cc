@@ -57,8 +57,8 @@ void CudaBackend::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int row
 }
 
 void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre,
-                              void* dbias, int rows, int cols, Fp8Format format,
-                              const float* scale, float* amax, uint64_t* counts) {
+                              void* dbias, int rows, int cols, Fp8Format format, const float* scale,
+                              float* amax, uint64_t* counts) {
   if (!Ok()) return;
   BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "CastFp8Grad without an output");
   if (!cuda::CastFp8GradFusable(out, out_t, dout, pre, rows, cols)) {
@@ -66,10 +66,9 @@ void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const vo
     return;
   }
   ProfileScope profile(this, "CastFp8Grad");
-  Check(cuda::CastFp8Grad(out, out_t, static_cast<const bf16*>(dout),
-                          static_cast<const bf16*>(pre), static_cast<bf16*>(dbias), rows, cols,
-                          format == Fp8Format::kE4M3, scale, amax,
-                          reinterpret_cast<unsigned long long*>(counts), scratch_, stream_),
+  Check(cuda::CastFp8Grad(out, out_t, static_cast<const bf16*>(dout), static_cast<const bf16*>(pre),
+                          static_cast<bf16*>(dbias), rows, cols, format == Fp8Format::kE4M3, scale,
+                          amax, reinterpret_cast<unsigned long long*>(counts), scratch_, stream_),
         "CastFp8Grad");
 }
 
@@ -110,8 +109,8 @@ void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8
     }
     if (*ran) return;
   }
-  Backend::MatmulFp8Gelu(out, pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias,
-                         M, N, K);  // no fused algorithm: the GEMM, then GeluForward
+  Backend::MatmulFp8Gelu(out, pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M,
+                         N, K);  // no fused algorithm: the GEMM, then GeluForward
 }
 
 void CudaBackend::GeluForward(void* out, const void* inp, size_t n) {
@@ -142,8 +141,7 @@ void CudaBackend::Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_s
   if (!Ok()) return;
   ProfileScope profile(this, "Fp8ScaleUpdate");
   Check(cuda::Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n,
-                             history_len,
-                             use_history_max, margin, stream_),
+                             history_len, use_history_max, margin, stream_),
         "Fp8ScaleUpdate");
 }
 

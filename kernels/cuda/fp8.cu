@@ -137,9 +137,9 @@ constexpr int kVecPitch = kVecTile + 8;
 // out_row (8 bytes, unless null) and into column lane_c.. of the transposed shared tile.
 // A thread out of range passes in_range false and writes zeros into the tile only.
 __device__ __forceinline__ void CastRow8(const float (&x)[8], bool in_range, float scale,
-                                         float fp8_max, bool e4m3, CastStats& st,
-                                         uint8_t* out_row, uint8_t (&tile_t)[kVecTile][kVecPitch],
-                                         int i, int lane_c) {
+                                         float fp8_max, bool e4m3, CastStats& st, uint8_t* out_row,
+                                         uint8_t (&tile_t)[kVecTile][kVecPitch], int i,
+                                         int lane_c) {
   uint8_t q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (in_range) {
 #pragma unroll
@@ -160,8 +160,8 @@ __device__ __forceinline__ void CastRow8(const float (&x)[8], bool in_range, flo
 // input column cc; 8 threads write its 64 bytes. rows % 8 == 0: all 8 rows are in range.
 __device__ __forceinline__ void StoreTransposedTile(uint8_t* out_t,
                                                     const uint8_t (&tile_t)[kVecTile][kVecPitch],
-                                                    int r0, int c0, int rows, int cols,
-                                                    int lane_r, int lane_c) {
+                                                    int r0, int c0, int rows, int cols, int lane_r,
+                                                    int lane_c) {
   for (int i = lane_r; i < kVecTile; i += kVecRowsPerPass) {
     const int cc = c0 + i, rr = r0 + lane_c;
     if (cc < cols && rr < rows) {
@@ -172,8 +172,8 @@ __device__ __forceinline__ void StoreTransposedTile(uint8_t* out_t,
 }
 
 __global__ void __launch_bounds__(kVecThreads)
-    CastFp8VecKernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
-                     bool e4m3, const float* scale_p, float* amax, unsigned long long* counts) {
+    CastFp8VecKernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols, bool e4m3,
+                     const float* scale_p, float* amax, unsigned long long* counts) {
   __shared__ __align__(8) uint8_t tile_t[kVecTile][kVecPitch];  // [column][row] of the tile
   __shared__ BlockCastStats s_stats;
   InitBlockCastStats(s_stats, threadIdx.x);
@@ -331,9 +331,8 @@ bool CastFp8GradFusable(const void* out, const void* out_t, const void* dout, co
 }
 
 cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre,
-                        bf16* dbias, int rows, int cols, bool e4m3, const float* scale,
-                        float* amax, unsigned long long* counts, Scratch& scratch,
-                        cudaStream_t s) {
+                        bf16* dbias, int rows, int cols, bool e4m3, const float* scale, float* amax,
+                        unsigned long long* counts, Scratch& scratch, cudaStream_t s) {
   if (!CastFp8GradFusable(out, out_t, dout, pre, rows, cols)) return cudaErrorInvalidValue;
   const int col_tiles = CeilDiv(cols, kVecTile), row_tiles = CeilDiv(rows, kVecTile);
   // About CastMaxBlocks() blocks in all: chunks of row tiles per column strip.
@@ -356,8 +355,8 @@ cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
                            float* amax, const float* fp8_max, int n, int history_len,
                            bool use_history_max, int margin, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, scale_inv_stride,
-                                                       history, amax, fp8_max, n, history_len,
+  Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, scale_inv_stride, history,
+                                                       amax, fp8_max, n, history_len,
                                                        use_history_max, margin);
   return cudaGetLastError();
 }

@@ -60,8 +60,8 @@ cudaError_t GeluBackwardInPlace(bf16* dout, const bf16* pre, size_t n, cudaStrea
 cudaError_t Accumulate(bf16* dst, const bf16* src, size_t n, cudaStream_t s);
 
 // ---- encoder_backward.cu ---- deterministic: tokens sorted (stable), rows summed in order.
-cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens,
-                            int B, int T, int C, Scratch& scratch, cudaStream_t s);
+cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                            int T, int C, Scratch& scratch, cudaStream_t s);
 
 // ---- layernorm.cu ----
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
@@ -88,8 +88,8 @@ cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratc
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s);
 
 // ---- crossentropy.cu ----
-cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targets, int N,
-                                int V, int Vp, float dloss, cudaStream_t s);
+cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targets, int N, int V,
+                                int Vp, float dloss, cudaStream_t s);
 
 // ---- adamw.cu ----
 // step: null, or the device array AdamWStepValues wrote (lr and t are then taken from it).
@@ -105,13 +105,13 @@ cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float bet
 // must be 16-byte aligned (cudaErrorMisalignedAddress otherwise); other unsupported shapes
 // give cudaErrorInvalidValue.
 constexpr int kMaxAttentionT = 65535 * 64;
-cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                             int NH, cudaStream_t s);
+cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
+                             cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise one kernel adds it with FP32 atomics (faster; last bits vary between runs).
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
-                              const float* stats, int B, int T, int C, int NH,
-                              bool deterministic, Scratch& scratch, cudaStream_t s);
+                              const float* stats, int B, int T, int C, int NH, bool deterministic,
+                              Scratch& scratch, cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 
