@@ -24,9 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from harness import Cluster  # noqa: E402
-from data_parallel_test import decode  # noqa: E402
-import sqlite3  # noqa: E402
+from harness import Cluster, decode, job_events  # noqa: E402
 import struct  # noqa: E402
 
 WARMUP = 2
@@ -43,12 +41,7 @@ WORKLOADS = [
 def reports(db, job_id):
     """{rank: [(step, step_time, comm_exposed)]}."""
     out = {}
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    rows = con.execute("SELECT event FROM job_events WHERE job_id = ? ORDER BY seq",
-                       (job_id,)).fetchall()
-    con.close()
-    for (blob,) in rows:
-        e = decode(blob)
+    for e in job_events(db, job_id):
         if 5 not in e:
             continue
         r = decode(e[5][0])

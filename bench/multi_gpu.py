@@ -33,7 +33,6 @@ import json
 import os
 import platform
 import signal
-import sqlite3
 import statistics
 import struct
 import subprocess
@@ -43,7 +42,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from harness import Proc, wait_until  # noqa: E402
+from harness import Proc, decode, job_events, trainers_of, wait_until  # noqa: E402
 
 BINARIES = ("boulder-coordinator", "boulder-worker", "boulder-trainer", "boulder")
 
@@ -91,38 +90,6 @@ class JobFailed(Exception):
 
 # ---- protobuf wire format (no protobuf package needed) -----------------------------------
 
-def _varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, i
-
-
-def decode(buf):
-    """Protobuf wire format -> {field number: [values]}."""
-    fields, i = {}, 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = bytes(buf[i:i + 8]), i + 8
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            value, i = bytes(buf[i:i + n]), i + n
-        elif wire == 5:
-            value, i = bytes(buf[i:i + 4]), i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        fields.setdefault(number, []).append(value)
-    return fields
-
-
 def _double(fields, number):
     return struct.unpack("<d", fields[number][0])[0] if number in fields else 0.0
 
@@ -130,14 +97,7 @@ def _double(fields, number):
 def read_events(db, job_id):
     """(step reports {rank: {step: dict}}, text lines of state changes and logs)."""
     reports, text = {}, []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        rows = con.execute("SELECT event FROM job_events WHERE job_id = ? ORDER BY seq",
-                           (job_id,)).fetchall()
-    finally:
-        con.close()
-    for (blob,) in rows:
-        event = decode(blob)
+    for event in job_events(db, job_id):
         if 5 in event:  # JobEvent.step: StepReport
             r = decode(event[5][0])
             rank, step = r.get(2, [0])[0], r.get(4, [0])[0]
@@ -284,27 +244,6 @@ def measure(reports, args, workload, batch):
     return dict(ms_per_step=step_s * 1e3, tokens_per_s_per_gpu=batch * w["seq"] / step_s,
                 comm_exposed_ms=comm * 1e3, timed_steps=len(timed),
                 loss=[reports[0][s]["loss"] for s in steps])
-
-
-def trainers_of(job_id):
-    """[(pid, rank)] of live boulder-trainer processes of `job_id`."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"boulder-trainer") and b"--job-id" in argv:
-            if argv[argv.index(b"--job-id") + 1] == str(job_id).encode():
-                rank = int(argv[argv.index(b"--rank") + 1]) if b"--rank" in argv else 0
-                pids.append((int(pid), rank))
-    return pids
 
 
 def kill_test(args, workload, precision, workers):

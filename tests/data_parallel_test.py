@@ -18,14 +18,13 @@ Usage: data_parallel_test.py BIN_DIR REPO_DIR
 """
 import os
 import signal
-import sqlite3
 import struct
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Cluster, wait_until  # noqa: E402
+from harness import Cluster, decode, job_events, trainers_of, wait_until  # noqa: E402
 
 BIN = REPO = None
 
@@ -56,50 +55,10 @@ FP8_LOSS_TOLERANCE = 2e-3
 KILL_DEADLINE = 30
 
 
-def _varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, i
-
-
-def decode(buf):
-    """Protobuf wire format -> {field number: [values]} (varint ints, fixed64 raw bytes,
-    length-delimited bytes)."""
-    fields, i = {}, 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = bytes(buf[i:i + 8]), i + 8
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            value, i = bytes(buf[i:i + n]), i + n
-        elif wire == 5:
-            value, i = bytes(buf[i:i + 4]), i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        fields.setdefault(number, []).append(value)
-    return fields
-
-
 def step_reports(db, job_id):
     """{rank: {step: (loss, param_checksum)}} from the job's stored StepReport events."""
     out = {}
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        rows = con.execute("SELECT event FROM job_events WHERE job_id = ? ORDER BY seq",
-                           (job_id,)).fetchall()
-    finally:
-        con.close()
-    for (blob,) in rows:
-        event = decode(blob)
+    for event in job_events(db, job_id):
         if 5 not in event:  # JobEvent.step
             continue
         r = decode(event[5][0])
@@ -109,27 +68,6 @@ def step_reports(db, job_id):
         checksum = struct.unpack("<Q", r[41][0])[0] if 41 in r else 0
         out.setdefault(rank, {})[step] = (loss, checksum)
     return out
-
-
-def trainers_of(job_id):
-    """Pids of live boulder-trainer processes of `job_id` (by their command line)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"boulder-trainer") and b"--job-id" in argv:
-            if argv[argv.index(b"--job-id") + 1] == str(job_id).encode():
-                rank = int(argv[argv.index(b"--rank") + 1]) if b"--rank" in argv else 0
-                pids.append((int(pid), rank))
-    return pids
 
 
 class DataParallel(unittest.TestCase):
