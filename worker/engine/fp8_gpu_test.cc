@@ -24,6 +24,7 @@
 #include "worker/engine/data.h"
 #include "worker/engine/model.h"
 #include "worker/engine/trainer.h"
+#include "worker/engine/test_specs.h"
 
 namespace boulder::engine {
 namespace {
@@ -171,48 +172,8 @@ TEST(Fp8GpuTest, RecomputeKeepsTheLossAndTheStatistics) {
 }
 
 v1::JobSpec SeedSpec(const std::string& precision, int steps) {
-  v1::JobSpec s;
-  s.set_name("seed");
-  v1::ModelSpec* m = s.mutable_model();
-  m->set_preset("minigpt");
-  m->set_vocab_size(96);
-  m->set_hidden(768);
-  m->set_heads(12);
-  m->set_layers(4);
-  m->set_ffn(3072);
-  m->set_context(256);
-  m->set_tie_embeddings(false);
-  s.mutable_data()->set_source("arithmetic");
-  s.mutable_data()->set_max_stride(6);
-  v1::TrainingSpec* t = s.mutable_training();
-  t->set_steps(steps);
-  t->set_batch_size(8);
-  t->set_seq_len(64);
-  t->set_lr(3e-4);
-  t->set_beta1(0.9);
-  t->set_beta2(0.95);
-  t->set_eps(1e-8);
-  t->set_weight_decay(0.0);
-  t->set_warmup_steps(0);
-  t->set_schedule("constant");
-  t->set_min_lr_ratio(0.0);
-  t->set_grad_accum_steps(1);
-  t->set_grad_clip(1.0);
-  t->set_seed(1337);
-  t->set_deterministic(false);
-  t->set_log_every_steps(1);
-  s.set_precision(precision);
-  s.mutable_resources()->set_workers(1);
-  s.mutable_resources()->set_backend("cuda");
-  s.mutable_generation()->set_prompt_len(8);
-  s.mutable_generation()->set_tokens(16);
-  v1::Fp8Spec* f = s.mutable_fp8();
-  f->set_format("hybrid");
-  f->set_amax_history_len(16);
-  f->set_amax_compute_algo("max");
-  f->set_margin(0);
-  f->set_emulate(false);
-  f->set_max_consecutive_skips(10);
+  v1::JobSpec s = SeedTestSpec(steps, precision, "cuda");
+  SetTestFp8(&s, /*emulate=*/false);
   return s;
 }
 

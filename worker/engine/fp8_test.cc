@@ -14,6 +14,7 @@
 #include "worker/engine/fp8_state.h"
 #include "worker/engine/model.h"
 #include "worker/engine/trainer.h"
+#include "worker/engine/test_specs.h"
 
 namespace boulder::engine {
 namespace {
@@ -146,48 +147,8 @@ TEST(ModelFp8Test, EmulatedStepTracksFp32AndSetsScalesFromAmax) {
 }
 
 v1::JobSpec SmallSpec(const std::string& precision, int steps) {
-  v1::JobSpec s;
-  s.set_name("small");
-  v1::ModelSpec* m = s.mutable_model();
-  m->set_preset("minigpt");
-  m->set_vocab_size(96);
-  m->set_hidden(64);
-  m->set_heads(4);
-  m->set_layers(2);
-  m->set_ffn(256);
-  m->set_context(32);
-  m->set_tie_embeddings(false);
-  s.mutable_data()->set_source("arithmetic");
-  s.mutable_data()->set_max_stride(6);
-  v1::TrainingSpec* t = s.mutable_training();
-  t->set_steps(steps);
-  t->set_batch_size(16);
-  t->set_seq_len(32);
-  t->set_lr(5e-3);
-  t->set_beta1(0.9);
-  t->set_beta2(0.95);
-  t->set_eps(1e-8);
-  t->set_weight_decay(0.0);
-  t->set_warmup_steps(20);
-  t->set_schedule("cosine");
-  t->set_min_lr_ratio(0.1);
-  t->set_grad_accum_steps(1);
-  t->set_grad_clip(1.0);
-  t->set_seed(1);
-  t->set_deterministic(true);
-  t->set_log_every_steps(10);
-  s.set_precision(precision);
-  s.mutable_resources()->set_workers(1);
-  s.mutable_resources()->set_backend(precision == "fp8" ? "auto" : "cpu");
-  s.mutable_generation()->set_prompt_len(8);
-  s.mutable_generation()->set_tokens(16);
-  v1::Fp8Spec* f = s.mutable_fp8();
-  f->set_format("hybrid");
-  f->set_amax_history_len(16);
-  f->set_amax_compute_algo("max");
-  f->set_margin(0);
-  f->set_emulate(true);
-  f->set_max_consecutive_skips(10);
+  v1::JobSpec s = SmallTestSpec(steps, precision, precision == "fp8" ? "auto" : "cpu");
+  SetTestFp8(&s, /*emulate=*/true);
   return s;
 }
 

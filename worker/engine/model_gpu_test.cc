@@ -17,6 +17,7 @@
 #include "worker/engine/data.h"
 #include "worker/engine/model.h"
 #include "worker/engine/trainer.h"
+#include "worker/engine/test_specs.h"
 
 namespace boulder::engine {
 namespace {
@@ -101,44 +102,7 @@ TEST(ModelGpuTest, OneStepMatchesCpu) { GradientsMatchCpu(1); }
 // The bias gradients from GEMM epilogues (written with '=' by cuBLASLt) still accumulate.
 TEST(ModelGpuTest, AccumulatedMicroBatchesMatchCpu) { GradientsMatchCpu(3); }
 
-v1::JobSpec SeedSpec(int steps) {
-  v1::JobSpec s;
-  s.set_name("seed");
-  v1::ModelSpec* m = s.mutable_model();
-  m->set_preset("minigpt");
-  m->set_vocab_size(96);
-  m->set_hidden(768);
-  m->set_heads(12);
-  m->set_layers(4);
-  m->set_ffn(3072);
-  m->set_context(256);
-  m->set_tie_embeddings(false);
-  s.mutable_data()->set_source("arithmetic");
-  s.mutable_data()->set_max_stride(6);
-  v1::TrainingSpec* t = s.mutable_training();
-  t->set_steps(steps);
-  t->set_batch_size(8);
-  t->set_seq_len(64);
-  t->set_lr(3e-4);
-  t->set_beta1(0.9);
-  t->set_beta2(0.95);
-  t->set_eps(1e-8);
-  t->set_weight_decay(0.0);
-  t->set_warmup_steps(0);
-  t->set_schedule("constant");
-  t->set_min_lr_ratio(0.0);
-  t->set_grad_accum_steps(1);
-  t->set_grad_clip(1.0);
-  t->set_seed(1337);
-  t->set_deterministic(false);
-  t->set_log_every_steps(1);
-  s.set_precision("auto");
-  s.mutable_resources()->set_workers(1);
-  s.mutable_resources()->set_backend("auto");
-  s.mutable_generation()->set_prompt_len(8);
-  s.mutable_generation()->set_tokens(16);
-  return s;
-}
+v1::JobSpec SeedSpec(int steps) { return SeedTestSpec(steps, "auto", "auto"); }
 
 struct TrainRun {
   std::vector<double> losses;

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
+#include "worker/engine/test_specs.h"
 
 namespace boulder::engine {
 namespace {
@@ -15,44 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // A resolved spec (every field set) for a small model that learns the task in seconds.
-v1::JobSpec SmallSpec() {
-  v1::JobSpec s;
-  s.set_name("small");
-  v1::ModelSpec* m = s.mutable_model();
-  m->set_preset("minigpt");
-  m->set_vocab_size(96);
-  m->set_hidden(64);
-  m->set_heads(4);
-  m->set_layers(2);
-  m->set_ffn(256);
-  m->set_context(32);
-  m->set_tie_embeddings(false);
-  s.mutable_data()->set_source("arithmetic");
-  s.mutable_data()->set_max_stride(6);
-  v1::TrainingSpec* t = s.mutable_training();
-  t->set_steps(300);
-  t->set_batch_size(16);
-  t->set_seq_len(32);
-  t->set_lr(5e-3);
-  t->set_beta1(0.9);
-  t->set_beta2(0.95);
-  t->set_eps(1e-8);
-  t->set_weight_decay(0.0);
-  t->set_warmup_steps(20);
-  t->set_schedule("cosine");
-  t->set_min_lr_ratio(0.1);
-  t->set_grad_accum_steps(1);
-  t->set_grad_clip(1.0);
-  t->set_seed(1);
-  t->set_deterministic(true);
-  t->set_log_every_steps(10);
-  s.set_precision("fp32");
-  s.mutable_resources()->set_workers(1);
-  s.mutable_resources()->set_backend("cpu");
-  s.mutable_generation()->set_prompt_len(8);
-  s.mutable_generation()->set_tokens(16);
-  return s;
-}
+v1::JobSpec SmallSpec() { return SmallTestSpec(300, "fp32", "cpu"); }
 
 struct Collected {
   std::vector<v1::StepReport> steps;
