@@ -84,24 +84,30 @@ class CudaFp8Test : public ::testing::Test {
   }
 
   // Random BF16 values with a share of outliers (saturate), tiny values (underflow) and zeros.
-  std::vector<float> Inputs(size_t n, float spread) {
+  // With specials, also about one in 200 each of +inf, -inf, NaN and -0.
+  std::vector<float> Inputs(size_t n, float spread, bool specials = false) {
     std::normal_distribution<float> d(0.f, spread);
-    std::uniform_int_distribution<int> kind(0, 19);
+    std::uniform_int_distribution<int> kind(0, specials ? 799 : 19);
     std::vector<float> v(n);
     for (auto& x : v) {
-      const int k = kind(rng_);
+      const int k = kind(rng_) % (specials ? 800 : 20);
       x = d(rng_);
-      if (k == 0) x *= 1e4f;
-      if (k == 1) x *= 1e-12f;
-      if (k == 2) x = 0.0f;
+      if (k % 20 == 0) x *= 1e4f;
+      if (k % 20 == 1) x *= 1e-12f;
+      if (k % 20 == 2) x = 0.0f;
+      if (specials && k == 3) x = INFINITY;
+      if (specials && k == 4) x = -INFINITY;
+      if (specials && k == 5) x = NAN;
+      if (specials && k == 6) x = -0.0f;
       x = RoundBF16(x);
     }
     return v;
   }
 
-  void CastCase(Fp8Format f, int rows, int cols, float scale) {
-    SCOPED_TRACE(absl::StrCat(FormatName(f), " ", rows, "x", cols, " scale ", scale));
-    std::vector<float> x = Inputs(size_t(rows) * cols, 2.0f);
+  void CastCase(Fp8Format f, int rows, int cols, float scale, bool specials = false) {
+    SCOPED_TRACE(absl::StrCat(FormatName(f), " ", rows, "x", cols, " scale ", scale,
+                              specials ? " with inf/NaN/-0" : ""));
+    std::vector<float> x = Inputs(size_t(rows) * cols, 2.0f, specials);
     void* in = UploadBF16(x);
     std::vector<uint8_t> poison(x.size(), 0x7F);
     uint8_t* out = Upload(poison);
@@ -136,13 +142,19 @@ class CudaFp8Test : public ::testing::Test {
         const float max = Fp8Max(f);
         const float y = std::max(-max, std::min(max, x[i] * scale));
         const float v = cpu::DecodeFp8(got[i], f);
-        if (!(std::fabs(v - y) <= tol.atol + tol.rtol * std::fabs(y))) ++out_of_tol;
+        if (std::isfinite(x[i]) && !(std::fabs(v - y) <= tol.atol + tol.rtol * std::fabs(y))) {
+          ++out_of_tol;
+        }
       }
     }
     EXPECT_EQ(mismatched, 0) << "codes differing from the CPU emulation; first " << first;
     EXPECT_EQ(transposed_wrong, 0) << "out_t is not the transpose of out";
     EXPECT_EQ(out_of_tol, 0) << "decoded values outside TE's tolerance";
-    EXPECT_EQ(amax, want_amax);
+    if (std::isnan(want_amax)) {
+      EXPECT_TRUE(std::isnan(amax)) << "a NaN input makes amax NaN, got " << amax;
+    } else {
+      EXPECT_EQ(amax, want_amax);
+    }
     EXPECT_EQ(counts[kFp8Saturated], want_counts[kFp8Saturated]);
     EXPECT_EQ(counts[kFp8Underflow], want_counts[kFp8Underflow]);
     EXPECT_EQ(counts[kFp8NonFinite], want_counts[kFp8NonFinite]);
@@ -163,8 +175,17 @@ TEST_F(CudaFp8Test, CastTransposeMatchesEmulationE4M3) {
   CastCase(Fp8Format::kE4M3, 256, 768, 64.0f);
   CastCase(Fp8Format::kE4M3, 16384, 96, 16.0f);  // vectorised path, many tiles per block
   CastCase(Fp8Format::kE4M3, 200, 72, 2.0f);     // vectorised path, partial 64x64 tiles
-  CastCase(Fp8Format::kE4M3, 100, 72, 3.0f);  // partial tiles
+  CastCase(Fp8Format::kE4M3, 100, 72, 3.0f);     // partial tiles
   CastCase(Fp8Format::kE4M3, 1, 33, 500.0f);
+}
+
+// The vectorised path's counting shortcuts (saturation tested only where a block of 8 can
+// saturate; underflow as zero codes less zero inputs) against the emulation's per-element rules,
+// with infinities, NaNs and negative zeros among the inputs.
+TEST_F(CudaFp8Test, VectorisedCastCountsSpecialValuesLikeEmulation) {
+  CastCase(Fp8Format::kE4M3, 512, 192, 32.0f, /*specials=*/true);
+  CastCase(Fp8Format::kE5M2, 256, 320, 4096.0f, /*specials=*/true);
+  CastCase(Fp8Format::kE4M3, 16, 32, 0.0f);  // scale 0: every non-zero input underflows
 }
 
 TEST_F(CudaFp8Test, CastTransposeMatchesEmulationE5M2) {
@@ -187,12 +208,15 @@ TEST_F(CudaFp8Test, FusedGradCastMatchesUnfusedCpu) {
     std::normal_distribution<float> d(0.f, 1.f);
     std::vector<float> dout(size_t(rows) * cols), pre(dout.size()), dbias0(cols);
     for (auto& x : dout) x = RoundBF16(0.05f * d(rng_));
+    // Without dGELU, outliers that saturate and tiny values that underflow too.
+    if (!gelu) dout = Inputs(dout.size(), 0.05f);
     for (auto& x : pre) x = RoundBF16(2.f * d(rng_));
     for (auto& x : dbias0) x = RoundBF16(d(rng_));
     // GPU, twice from the same inputs.
     std::vector<uint8_t> got, got_t;
     std::vector<float> got_bias;
     float got_amax = 0;
+    std::vector<uint64_t> got_counts;
     for (int run = 0; run < 2; ++run) {
       void* g_dout = UploadBF16(dout);
       void* g_pre = UploadBF16(pre);
@@ -211,6 +235,7 @@ TEST_F(CudaFp8Test, FusedGradCastMatchesUnfusedCpu) {
       const float amax = Download(d_amax, 1)[0];
       if (run == 0) {
         got = o, got_t = ot, got_bias = bias, got_amax = amax;
+        got_counts = Download(d_counts, 3);
       } else {
         EXPECT_EQ(o, got) << "codes differ between two runs";
         EXPECT_EQ(0, std::memcmp(bias.data(), got_bias.data(), cols * sizeof(float)))
@@ -231,7 +256,8 @@ TEST_F(CudaFp8Test, FusedGradCastMatchesUnfusedCpu) {
       for (int c = 0; c < cols; ++c) {
         const size_t i = size_t(r) * cols + c;
         if (got_t[size_t(c) * rows + r] != got[i]) ++transposed_wrong;
-        const float y = c_dout[i] * scale;  // the CPU's g (its dout after the call)
+        const float max = Fp8Max(Fp8Format::kE5M2);  // the CPU's g (its dout after the call)
+        const float y = std::max(-max, std::min(max, c_dout[i] * scale));
         const float v = cpu::DecodeFp8(got[i], Fp8Format::kE5M2);
         if (!(std::fabs(v - y) <= tol.atol + tol.rtol * std::fabs(y))) ++out_of_tol;
       }
@@ -239,6 +265,12 @@ TEST_F(CudaFp8Test, FusedGradCastMatchesUnfusedCpu) {
     EXPECT_EQ(transposed_wrong, 0) << "out_t is not the transpose of out";
     EXPECT_EQ(out_of_tol, 0) << "decoded values outside TE's tolerance of the CPU's g";
     EXPECT_NEAR(got_amax, c_amax, 0.01 * c_amax);
+    if (!gelu) {
+      // g = dout exactly: the codes and every counter are the emulation's.
+      EXPECT_EQ(got, want) << "codes differ from the CPU emulation's";
+      EXPECT_EQ(got_amax, c_amax);
+      EXPECT_EQ(got_counts, c_counts);
+    }
     double num = 0, den = 0;
     for (int c = 0; c < cols; ++c) {
       num += (double(got_bias[c]) - c_bias[c]) * (double(got_bias[c]) - c_bias[c]);
@@ -455,8 +487,8 @@ TEST_F(CudaFp8GemmTest, GeluEpilogueMatchesUnfusedCpu) {
   void* pre = UploadBF16(std::vector<float>(want.size(), NAN));
   gpu_->EnableProfiling(true);
   gpu_->MatmulFp8Gelu(out, pre, Upload(a), Fp8Format::kE4M3, Upload(std::vector<float>{sa}),
-                      Upload(b), Fp8Format::kE4M3, Upload(std::vector<float>{sb}),
-                      UploadBF16(bias), M, N, K);
+                      Upload(b), Fp8Format::kE4M3, Upload(std::vector<float>{sb}), UploadBF16(bias),
+                      M, N, K);
   std::vector<float> got(want.size()), got_pre(want.size());
   gpu_->CopyToHostF32(got.data(), out, DType::kBF16, got.size());
   gpu_->CopyToHostF32(got_pre.data(), pre, DType::kBF16, got.size());
@@ -470,7 +502,8 @@ TEST_F(CudaFp8GemmTest, GeluEpilogueMatchesUnfusedCpu) {
   const Tol tol = TeTolerance(Fp8Format::kE4M3);
   int bad_pre = 0, bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got_pre[i] - want_pre[i]) <= 2 * (tol.atol + tol.rtol * std::fabs(want_pre[i]))))
+    if (!(std::fabs(got_pre[i] - want_pre[i]) <=
+          2 * (tol.atol + tol.rtol * std::fabs(want_pre[i]))))
       ++bad_pre;
     if (!(std::fabs(got[i] - want[i]) <= 2e-2 + 2e-2 * std::fabs(want[i]))) ++bad;
   }

@@ -1,0 +1,166 @@
+// fp8_cast_bench: the FP8 casts of a training step, per call and per step, on the benchmark
+// workloads' shapes: CastFp8 (row-major + transposed, as the forward casts each Linear's input)
+// and CastFp8Grad (the backward's fused cast of each Linear's output gradient: dGELU for fc1,
+// the bias gradient, row-major + transposed). Times through CudaBackend (CUDA events, median of
+// --reps after a warm-up); GB/s counts each input read once and each output written once.
+//
+//   fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.h"
+
+namespace {
+
+using boulder::kernels::DType;
+using boulder::kernels::Fp8Format;
+using boulder::kernels::cuda::CudaBackend;
+
+void Die(const std::string& what) {
+  std::fprintf(stderr, "fp8_cast_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Workload {
+  std::string name;
+  int N, C, F, layers;
+};
+
+class Bench {
+ public:
+  Bench(CudaBackend* be, int reps) : be_(be), reps_(reps) {
+    cudaEventCreate(&start_);
+    cudaEventCreate(&stop_);
+  }
+  ~Bench() {
+    for (void* p : bufs_) be_->Free(p);
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void* Raw(size_t bytes) {
+    auto p = be_->Alloc(bytes);
+    if (!p.ok()) Die(std::string(p.status().message()));
+    bufs_.push_back(*p);
+    return *p;
+  }
+  // n BF16 values, normal with standard deviation sd.
+  void* Bf16(size_t n, float sd) {
+    void* p = Raw(n * 2);
+    std::vector<float> v(n);
+    std::normal_distribution<float> d(0.f, sd);
+    for (float& x : v) x = d(rng_);
+    be_->CopyFromHostF32(p, DType::kBF16, v.data(), n);
+    return p;
+  }
+  float* F32(float value) {
+    float* p = static_cast<float*>(Raw(sizeof(float)));
+    be_->CopyFromHostF32(p, DType::kF32, &value, 1);
+    return p;
+  }
+  double Time(const std::function<void()>& op) {
+    op();
+    if (absl::Status s = be_->Synchronize(); !s.ok()) Die(s.ToString());
+    std::vector<float> ms;
+    for (int r = 0; r < reps_; ++r) {
+      cudaEventRecord(start_, be_->stream());
+      op();
+      cudaEventRecord(stop_, be_->stream());
+      cudaEventSynchronize(stop_);
+      float t = 0;
+      cudaEventElapsedTime(&t, start_, stop_);
+      ms.push_back(t);
+    }
+    if (absl::Status s = be_->Synchronize(); !s.ok()) Die(s.ToString());
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+ private:
+  CudaBackend* be_;
+  int reps_;
+  std::mt19937 rng_{7};
+  std::vector<void*> bufs_;
+  cudaEvent_t start_, stop_;
+};
+
+double Row(const char* what, int rows, int cols, double ms, double bytes, int per_step) {
+  std::printf("  %-22s %6d x %-5d %8.1f us %7.0f GB/s  x%-3d %7.3f ms/step\n", what, rows, cols,
+              ms * 1e3, bytes / (ms * 1e-3) / 1e9, per_step, ms * per_step);
+  return ms * per_step;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string names = "seed,gpt2,h2048";
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
+      names = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      Die(std::string("unknown argument ") + argv[i] +
+          " (usage: fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20])");
+    }
+  }
+  const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4},
+                          {"gpt2", 16 * 1024, 768, 3072, 12},
+                          {"h2048", 8 * 1024, 2048, 8192, 8}};
+  auto created = CudaBackend::Create(0);
+  if (!created.ok()) Die(std::string(created.status().message()));
+  CudaBackend* be = created->get();
+  if (absl::Status s = be->Fp8Supported(); !s.ok()) Die(s.ToString());
+  std::printf("fp8_cast_bench: median of %d reps\n", reps);
+  for (const Workload& w : all) {
+    if (("," + names + ",").find("," + w.name + ",") == std::string::npos) continue;
+    std::printf("%s: N=%d C=%d F=%d, %d layers\n", w.name.c_str(), w.N, w.C, w.F, w.layers);
+    Bench b(be, reps);
+    const size_t N = w.N, widest = std::max(3 * w.C, w.F);
+    void* x = b.Bf16(N * widest, 1.0f);
+    void* pre = b.Bf16(N * w.F, 1.0f);
+    void* dout = b.Bf16(N * widest, 1e-3f);
+    void* dbias = b.Bf16(widest, 0.f);
+    uint8_t* out = static_cast<uint8_t*>(b.Raw(N * widest));
+    uint8_t* out_t = static_cast<uint8_t*>(b.Raw(N * widest));
+    uint64_t* counts = static_cast<uint64_t*>(b.Raw(3 * sizeof(uint64_t)));
+    float* amax = b.F32(0.f);
+    float* act_scale = b.F32(100.f);     // E4M3: |x| up to 4.48 stays finite
+    float* grad_scale = b.F32(16384.f);  // E5M2
+    double fwd = 0, bwd = 0;
+    for (int cols : {w.C, w.F}) {
+      const double ms = b.Time([&] {
+        be->CastFp8(out, out_t, x, w.N, cols, Fp8Format::kE4M3, act_scale, amax, counts);
+      });
+      fwd += Row(cols == w.C ? "cast fwd (ln, attn out)" : "cast fwd (gelu out)", w.N, cols, ms,
+                 N * cols * 4.0, cols == w.C ? 3 * w.layers : w.layers);
+    }
+    const struct {
+      const char* name;
+      int cols;
+      bool gelu;
+    } grads[] = {{"grad qkv", 3 * w.C, false},
+                 {"grad proj / fc2", w.C, false},
+                 {"grad fc1 (dgelu)", w.F, true}};
+    for (const auto& g : grads) {
+      const double ms = b.Time([&] {
+        be->CastFp8Grad(out, out_t, dout, g.gelu ? pre : nullptr, dbias, w.N, g.cols,
+                        Fp8Format::kE5M2, grad_scale, amax, counts);
+      });
+      bwd += Row(g.name, w.N, g.cols, ms, N * g.cols * (g.gelu ? 6.0 : 4.0),
+                 g.cols == w.C ? 2 * w.layers : w.layers);
+    }
+    if (absl::Status s = be->Synchronize(); !s.ok()) Die(s.ToString());
+    std::printf("  per step: forward casts %.3f ms, backward casts %.3f ms\n", fwd, bwd);
+  }
+  return 0;
+}
