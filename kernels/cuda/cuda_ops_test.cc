@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -119,6 +120,7 @@ class CudaOpsTest : public ::testing::Test {
     double e = RelErr(p.Gpu(), p.Cpu());
     EXPECT_LT(e, tol) << what;
   }
+  void LayerNormCase(int N, int C);
   std::unique_ptr<CudaBackend> gpu_;
   std::unique_ptr<Backend> cpu_;
   std::mt19937 rng_;
@@ -146,8 +148,14 @@ TEST_F(CudaOpsTest, Encoder) {
   ExpectClose(wpe, 1e-2, "dwpe");
 }
 
+// C 768: the one-pass backward with register accumulators; 1024 and 2048: with shared-memory
+// accumulators; 200: the two-kernel backward.
 TEST_F(CudaOpsTest, LayerNorm) {
-  const int N = 300, C = 768;
+  for (const int C : {768, 1024, 2048, 200}) LayerNormCase(300, C);
+}
+
+void CudaOpsTest::LayerNormCase(int N, int C) {
+  SCOPED_TRACE(absl::StrCat("N ", N, " C ", C));
   Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), C),
       b(cpu_.get(), gpu_.get(), C), out(cpu_.get(), gpu_.get(), N * C);
   Pair mean(cpu_.get(), gpu_.get(), N, DType::kF32), rstd(cpu_.get(), gpu_.get(), N, DType::kF32);
@@ -162,14 +170,25 @@ TEST_F(CudaOpsTest, LayerNorm) {
   Pair dout(cpu_.get(), gpu_.get(), N * C), dinp(cpu_.get(), gpu_.get(), N * C),
       dw(cpu_.get(), gpu_.get(), C), db(cpu_.get(), gpu_.get(), C);
   dout.Set(Random(N * C, rng_));
-  dinp.Set(Random(N * C, rng_));
-  dw.Set(Random(C, rng_));
-  db.Set(Random(C, rng_));
+  const std::vector<float> dinp0 = Random(N * C, rng_), dw0 = Random(C, rng_),
+                           db0 = Random(C, rng_);
+  dinp.Set(dinp0);
+  dw.Set(dw0);
+  db.Set(db0);
   cpu_->LayerNormBackward(dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.cf(), rstd.cf(), N, C);
   gpu_->LayerNormBackward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.gf(), rstd.gf(), N, C);
   ExpectClose(dinp, 2e-2, "layernorm dinp");
   ExpectClose(dw, 2e-2, "layernorm dweight");
   ExpectClose(db, 2e-2, "layernorm dbias");
+  // Deterministic: the same inputs give the same bits.
+  const std::vector<float> first[3] = {dinp.Gpu(), dw.Gpu(), db.Gpu()};
+  dinp.Set(dinp0);
+  dw.Set(dw0);
+  db.Set(db0);
+  gpu_->LayerNormBackward(dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.gf(), rstd.gf(), N, C);
+  EXPECT_EQ(dinp.Gpu(), first[0]) << "dinp differs between two runs";
+  EXPECT_EQ(dw.Gpu(), first[1]) << "dweight differs between two runs";
+  EXPECT_EQ(db.Gpu(), first[2]) << "dbias differs between two runs";
 }
 
 TEST_F(CudaOpsTest, MatmulWithEpilogues) {
@@ -242,8 +261,9 @@ void AttentionCase(Backend* cpu, CudaBackend* gpu, std::mt19937& rng, int B, int
       for (float x : g) g_norm += double(x) * x;
       for (float x : want) all_norm += double(x) * x;
       if (std::sqrt(part_norm) < 1e-4 * std::sqrt(all_norm)) {
-        EXPECT_LT(std::sqrt(g_norm), 1e-3 * std::sqrt(all_norm)) << "d" << "qkv"[part]
-                                                                 << " (zero reference)";
+        EXPECT_LT(std::sqrt(g_norm), 1e-3 * std::sqrt(all_norm))
+            << "d"
+            << "qkv"[part] << " (zero reference)";
       } else {
         EXPECT_LT(RelErr(g, w), 2e-2) << "d"
                                       << "qkv"[part];
@@ -319,10 +339,10 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   m.Set(zeros);
   v.Set(zeros);
   for (int t = 1; t <= 3; ++t) {
-    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                0.1f, t, 1.f, ns.cf(), 0.5f);
-    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                0.1f, t, 1.f, ns.gf(), 0.5f);
+    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                t, 1.f, ns.cf(), 0.5f);
+    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                t, 1.f, ns.gf(), 0.5f);
   }
   ASSERT_TRUE(gpu_->Synchronize().ok());
   // FP32 master weights on the GPU against the CPU's FP32 parameters.

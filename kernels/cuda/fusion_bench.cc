@@ -172,6 +172,16 @@ int main(int argc, char** argv) {
       });
       Row("residual+ln", fused, unfused, 2 * w.layers, &saved);
     }
+    {
+      // LayerNormBackward on its own (the one-pass kernel where C allows): per call and step.
+      void *dy = b.Buf(N * C), *x = b.Buf(N * C), *dx = b.Buf(N * C), *lw = b.Buf(C),
+           *dw = b.Buf(C), *db = b.Buf(C);
+      float *mean = b.F32(N), *rstd = b.F32(N);
+      const double ms =
+          b.Time([&] { be->LayerNormBackward(dx, dw, db, dy, x, lw, mean, rstd, w.N, w.C); });
+      std::printf("  %-14s %8.3f ms/op (%4.0f GB/s)  x%d  %7.3f ms/step\n", "ln bwd", ms,
+                  N * C * 8.0 / (ms * 1e-3) / 1e9, 2 * w.layers + 1, ms * (2 * w.layers + 1));
+    }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());
   }

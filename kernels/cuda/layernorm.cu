@@ -6,7 +6,9 @@
 // saved in FP32.
 // Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
 // stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
-// dout * xhat and dout over the rows (see reduce.cu).
+// dout * xhat and dout over the rows (see reduce.cu). For C a multiple of 256 up to 2048 one
+// kernel does both in a single pass over the rows (LayerNormBackwardFusedKernel); otherwise a
+// column-sum kernel and a row kernel.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -21,9 +23,9 @@ constexpr float kEps = 1e-5f;
 // statistics see the same BF16 values in the same order as the unfused pair of kernels, so the
 // results are bit-identical to ResidualForward followed by LayerNormForward.
 template <bool kResidual>
-__global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out,
-                                       const bf16* inp, const bf16* w, const bf16* b, int N, int C,
-                                       bf16* residual, const bf16* ra, const bf16* rb) {
+__global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out, const bf16* inp,
+                                       const bf16* w, const bf16* b, int N, int C, bf16* residual,
+                                       const bf16* ra, const bf16* rb) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -126,20 +128,149 @@ __global__ void LayerNormParamPartialKernel(float* partial, const bf16* dout, co
   partial[size_t(chunks + chunk) * C + c] = db;
 }
 
+// The backward in one pass for C a multiple of 256 up to 2048 (every benchmark workload):
+// one block per chunk of rows (the chunks of ColumnChunks), warp w taking the chunk's rows
+// w, w + kWarps, ...; lane l owns columns 8l + 256i (i < kCols). Per row it reads x, dout and
+// dinp once: the input gradient as LayerNormBackwardInputKernel computes it (the same sums in
+// the same order), and dout·xhat and dout added into the lane's column accumulators (registers
+// for kCols <= 3, the warp's own rows of shared memory above that). At the end the block adds
+// its warps' accumulators in warp order into partial[chunk] (weight) and partial[chunks +
+// chunk] (bias), LayerNormParamPartialKernel's layout, for ColumnFinish: deterministic.
+template <int kCols>
+struct LnBwdCfg {
+  static constexpr int kC = 256 * kCols;
+  static constexpr bool kSmemAcc = kCols > 3;
+  static constexpr int kWarps = kSmemAcc ? 4 : 8;
+  // Accumulators [kWarps][2][kC] (kSmemAcc) or the final reduction's [kWarps][kC].
+  static constexpr int kSmemBytes = kWarps * kC * int(sizeof(float)) * (kSmemAcc ? 2 : 1);
+};
+
+template <int kCols>
+__global__ void __launch_bounds__(32 * LnBwdCfg<kCols>::kWarps, 2)
+    LayerNormBackwardFusedKernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                                 const bf16* w, const float* mean_in, const float* rstd_in, int N,
+                                 int rows_per, int chunks) {
+  using Cfg = LnBwdCfg<kCols>;
+  constexpr int C = Cfg::kC, kWarps = Cfg::kWarps;
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per);
+  float acc_w[Cfg::kSmemAcc ? 1 : 8 * kCols], acc_b[Cfg::kSmemAcc ? 1 : 8 * kCols];
+  float* s_w = smem + warp * 2 * C;  // kSmemAcc: this warp's accumulators
+  float* s_b = s_w + C;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if constexpr (Cfg::kSmemAcc) {
+        s_w[lane * 8 + 256 * i + k] = 0.f;
+        s_b[lane * 8 + 256 * i + k] = 0.f;
+      } else {
+        acc_w[8 * i + k] = 0.f;
+        acc_b[8 * i + k] = 0.f;
+      }
+    }
+  }
+  for (int row = r0 + warp; row < r1; row += kWarps) {
+    const bf16* x = inp + size_t(row) * C;
+    const bf16* dy = dout + size_t(row) * C;
+    bf16* dx = dinp + size_t(row) * C;
+    // The weight is reloaded per row (L1-resident) to leave registers to the accumulators.
+    Bf16x8 xv[kCols], dv[kCols];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      xv[i] = Load8(x + lane * 8 + 256 * i);
+      dv[i] = Load8(dy + lane * 8 + 256 * i);
+    }
+    const float mean = mean_in[row], rstd = rstd_in[row];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const Bf16x8 wv = Load8(w + lane * 8 + 256 * i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        float dn = __bfloat162float(wv.v[k]) * __bfloat162float(dv[i].v[k]);
+        float xh = (__bfloat162float(xv[i].v[k]) - mean) * rstd;
+        s1 += dn;
+        s2 += dn * xh;
+      }
+    }
+    const float dn_mean = WarpSum(s1) / C, dn_xh_mean = WarpSum(s2) / C;
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const Bf16x8 wv = Load8(w + lane * 8 + 256 * i), gv = Load8(dx + lane * 8 + 256 * i);
+      Bf16x8 r;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float d = __bfloat162float(dv[i].v[k]);
+        float dn = __bfloat162float(wv.v[k]) * d;
+        float xh = (__bfloat162float(xv[i].v[k]) - mean) * rstd;
+        float g = (dn - dn_mean - xh * dn_xh_mean) * rstd;
+        r.v[k] = __float2bfloat16(__bfloat162float(gv.v[k]) + g);
+        if constexpr (Cfg::kSmemAcc) {
+          s_w[lane * 8 + 256 * i + k] += d * xh;
+          s_b[lane * 8 + 256 * i + k] += d;
+        } else {
+          acc_w[8 * i + k] += d * xh;
+          acc_b[8 * i + k] += d;
+        }
+      }
+      Store8(dx + lane * 8 + 256 * i, r);
+    }
+  }
+  // The block's sums over its warps, in warp order: weight, then bias.
+  for (int which = 0; which < 2; ++which) {
+    const int stride = Cfg::kSmemAcc ? 2 * C : C;
+    const float* red = smem + (Cfg::kSmemAcc ? which * C : 0);
+    if constexpr (!Cfg::kSmemAcc) {
+      __syncthreads();  // the previous pass has read smem
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          smem[warp * C + lane * 8 + 256 * i + k] =
+              which == 0 ? acc_w[8 * i + k] : acc_b[8 * i + k];
+        }
+      }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += 32 * kWarps) {
+      float sum = 0.f;
+      for (int v = 0; v < kWarps; ++v) sum += red[v * stride + c];
+      partial[(size_t(which) * chunks + blockIdx.x) * C + c] = sum;
+    }
+  }
+}
+
+template <int kCols>
+cudaError_t LaunchLayerNormBackwardFused(bf16* dinp, float* partial, const bf16* dout,
+                                         const bf16* inp, const bf16* weight, const float* mean,
+                                         const float* rstd, int N, int rows_per, int chunks,
+                                         cudaStream_t s) {
+  using Cfg = LnBwdCfg<kCols>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(LayerNormBackwardFusedKernel<kCols>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  LayerNormBackwardFusedKernel<kCols><<<chunks, 32 * Cfg::kWarps, Cfg::kSmemBytes, s>>>(
+      dinp, partial, dout, inp, weight, mean, rstd, N, rows_per, chunks);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
-  LayerNormForwardKernel<false><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias,
-                                                               N, C, nullptr, nullptr, nullptr);
+  LayerNormForwardKernel<false><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N,
+                                                              C, nullptr, nullptr, nullptr);
   return cudaGetLastError();
 }
 
 cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
                                      const bf16* a, const bf16* b, const bf16* weight,
                                      const bf16* bias, int N, int C, cudaStream_t s) {
-  LayerNormForwardKernel<true><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight,
-                                                              bias, N, C, residual, a, b);
+  LayerNormForwardKernel<true>
+      <<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a, b);
   return cudaGetLastError();
 }
 
@@ -150,6 +281,50 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
   int rows_per = (N + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * 2 * size_t(chunks) * C));
   if (!partial) return scratch.last_error();
+  const bool fused = C % 256 == 0 && C <= 2048 && reinterpret_cast<uintptr_t>(dinp) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(inp) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+  if (fused) {
+    cudaError_t err = cudaSuccess;
+    switch (C / 256) {
+      case 1:
+        err = LaunchLayerNormBackwardFused<1>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 2:
+        err = LaunchLayerNormBackwardFused<2>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 3:
+        err = LaunchLayerNormBackwardFused<3>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 4:
+        err = LaunchLayerNormBackwardFused<4>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 5:
+        err = LaunchLayerNormBackwardFused<5>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 6:
+        err = LaunchLayerNormBackwardFused<6>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      case 7:
+        err = LaunchLayerNormBackwardFused<7>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+      default:
+        err = LaunchLayerNormBackwardFused<8>(dinp, partial, dout, inp, weight, mean, rstd, N,
+                                              rows_per, chunks, s);
+        break;
+    }
+    if (err != cudaSuccess) return err;
+    if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
+    return ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s);
+  }
   LayerNormParamPartialKernel<<<dim3(CeilDiv(C, 128), chunks), 128, 0, s>>>(
       partial, dout, inp, mean, rstd, N, C, rows_per, chunks);
   cudaError_t err = cudaGetLastError();
@@ -157,8 +332,8 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
   if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
   if ((err = ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s)) != cudaSuccess)
     return err;
-  LayerNormBackwardInputKernel<<<CeilDiv(N, 8), 256, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
-                                                             N, C);
+  LayerNormBackwardInputKernel<<<CeilDiv(N, 8), 256, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N,
+                                                             C);
   return cudaGetLastError();
 }
 
