@@ -148,10 +148,9 @@ TEST_F(CudaOpsTest, Encoder) {
   ExpectClose(wpe, 1e-2, "dwpe");
 }
 
-// C 768: the one-pass backward with register accumulators; 1024 and 2048: with shared-memory
-// accumulators; 200: the two-kernel backward.
+// C 256 and 768: the one-pass backward; 2048 and 200: the two-kernel backward.
 TEST_F(CudaOpsTest, LayerNorm) {
-  for (const int C : {768, 1024, 2048, 200}) LayerNormCase(300, C);
+  for (const int C : {768, 256, 2048, 200}) LayerNormCase(300, C);
 }
 
 void CudaOpsTest::LayerNormCase(int N, int C) {
@@ -305,12 +304,17 @@ TEST_F(CudaOpsTest, AttentionRejectsUnsupportedHeadSize) {
 }
 
 TEST_F(CudaOpsTest, SoftmaxCrossEntropyWithPadding) {
-  for (auto [V, Vp] : {std::pair{96, 128}, std::pair{1000, 1024}}) {
+  // Rows in shared memory with 128 threads (the first two) and 512 (GPT-2's padded vocabulary),
+  // and a row too long for shared memory (the two-pass kernel).
+  for (auto [V, Vp] : {std::pair{96, 128}, std::pair{1000, 1024}, std::pair{50257, 50304},
+                       std::pair{120000, 120000}}) {
+    SCOPED_TRACE(absl::StrCat("V ", V, " Vp ", Vp));
     const int N = 70;
     Pair logits(cpu_.get(), gpu_.get(), N * Vp), losses(cpu_.get(), gpu_.get(), N, DType::kF32);
     logits.Set(Random(N * Vp, rng_, 3.f));
     std::vector<int32_t> t(N);
     for (auto& x : t) x = rng_() % V;
+    t[0] = V - 1;  // the last real column: next to the padding
     Tokens targets(cpu_.get(), gpu_.get(), t);
     cpu_->SoftmaxCrossEntropy(losses.cf(), logits.c, targets.c, N, V, Vp, 1.f / N);
     gpu_->SoftmaxCrossEntropy(losses.gf(), logits.g, targets.g, N, V, Vp, 1.f / N);

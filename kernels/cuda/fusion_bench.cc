@@ -30,7 +30,7 @@ using boulder::kernels::cuda::CudaBackend;
 
 struct Workload {
   std::string name;
-  int N, C, F, layers;
+  int N, C, F, layers, V, Vp;  // V, Vp: vocabulary and its padded width
 };
 
 void Die(const std::string& what) {
@@ -118,9 +118,9 @@ int main(int argc, char** argv) {
           " (usage: fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic])");
     }
   }
-  const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4},
-                          {"gpt2", 16 * 1024, 768, 3072, 12},
-                          {"h2048", 8 * 1024, 2048, 8192, 8}};
+  const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4, 96, 128},
+                          {"gpt2", 16 * 1024, 768, 3072, 12, 50257, 50304},
+                          {"h2048", 8 * 1024, 2048, 8192, 8, 96, 128}};
   auto created = CudaBackend::Create(0);
   if (!created.ok()) Die(std::string(created.status().message()));
   CudaBackend* be = created->get();
@@ -181,6 +181,24 @@ int main(int argc, char** argv) {
           b.Time([&] { be->LayerNormBackward(dx, dw, db, dy, x, lw, mean, rstd, w.N, w.C); });
       std::printf("  %-14s %8.3f ms/op (%4.0f GB/s)  x%d  %7.3f ms/step\n", "ln bwd", ms,
                   N * C * 8.0 / (ms * 1e-3) / 1e9, 2 * w.layers + 1, ms * (2 * w.layers + 1));
+    }
+    {
+      // The fused softmax + cross-entropy over the logits (in place), once per step.
+      const size_t Vp = w.Vp;
+      void* logits = b.Buf(N * Vp);
+      float* losses = b.F32(N);
+      auto t = be->Alloc(N * sizeof(int32_t));
+      if (!t.ok()) Die(std::string(t.status().message()));
+      std::vector<int32_t> targets(N);
+      for (size_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 7919) % w.V);
+      be->CopyFromHost(*t, targets.data(), N * sizeof(int32_t));
+      const double ms = b.Time([&] {
+        be->SoftmaxCrossEntropy(losses, logits, static_cast<const int32_t*>(*t), w.N, w.V, w.Vp,
+                                1.f / w.N);
+      });
+      std::printf("  %-14s %8.3f ms/op (%4.0f GB/s)  x1  %7.3f ms/step\n", "cross-entropy", ms,
+                  N * Vp * 4.0 / (ms * 1e-3) / 1e9, ms);
+      be->Free(*t);
     }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());

@@ -6,9 +6,9 @@
 // saved in FP32.
 // Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
 // stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
-// dout * xhat and dout over the rows (see reduce.cu). For C a multiple of 256 up to 2048 one
-// kernel does both in a single pass over the rows (LayerNormBackwardFusedKernel); otherwise a
-// column-sum kernel and a row kernel.
+// dout * xhat and dout over the rows (see reduce.cu). For C = 256, 512, 768 one kernel does
+// both in a single pass over the rows (LayerNormBackwardFusedKernel); otherwise a column-sum
+// kernel and a row kernel.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -128,50 +128,30 @@ __global__ void LayerNormParamPartialKernel(float* partial, const bf16* dout, co
   partial[size_t(chunks + chunk) * C + c] = db;
 }
 
-// The backward in one pass for C a multiple of 256 up to 2048 (every benchmark workload):
-// one block per chunk of rows (the chunks of ColumnChunks), warp w taking the chunk's rows
-// w, w + kWarps, ...; lane l owns columns 8l + 256i (i < kCols). Per row it reads x, dout and
-// dinp once: the input gradient as LayerNormBackwardInputKernel computes it (the same sums in
-// the same order), and dout·xhat and dout added into the lane's column accumulators (registers
-// for kCols <= 3, the warp's own rows of shared memory above that). At the end the block adds
-// its warps' accumulators in warp order into partial[chunk] (weight) and partial[chunks +
-// chunk] (bias), LayerNormParamPartialKernel's layout, for ColumnFinish: deterministic.
-template <int kCols>
-struct LnBwdCfg {
-  static constexpr int kC = 256 * kCols;
-  static constexpr bool kSmemAcc = kCols > 3;
-  static constexpr int kWarps = kSmemAcc ? 4 : 8;
-  // Accumulators [kWarps][2][kC] (kSmemAcc) or the final reduction's [kWarps][kC].
-  static constexpr int kSmemBytes = kWarps * kC * int(sizeof(float)) * (kSmemAcc ? 2 : 1);
-};
+// The backward in one pass for C = 256, 512 or 768 (GPT-2's and the seed's 768): one block
+// of 8 warps per chunk of rows (the chunks of ColumnChunks), warp w taking the chunk's rows w,
+// w + 8, ...; lane l owns columns 8l + 256i (i < kCols). Per row it reads x, dout and dinp
+// once: the input gradient as LayerNormBackwardInputKernel computes it (the same sums in the
+// same order), and dout·xhat and dout added into the lane's column accumulators in registers.
+// At the end the block adds its warps' accumulators in warp order into partial[chunk] (weight)
+// and partial[chunks + chunk] (bias), LayerNormParamPartialKernel's layout, for ColumnFinish:
+// deterministic. (Wider rows need more accumulators than registers hold; with them in shared
+// memory the kernel measured slower than the two-kernel path at C = 2048 on the H200.)
+constexpr int kLnBwdWarps = 8;
 
 template <int kCols>
-__global__ void __launch_bounds__(32 * LnBwdCfg<kCols>::kWarps, 2)
+__global__ void __launch_bounds__(32 * kLnBwdWarps, 2)
     LayerNormBackwardFusedKernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
                                  const bf16* w, const float* mean_in, const float* rstd_in, int N,
                                  int rows_per, int chunks) {
-  using Cfg = LnBwdCfg<kCols>;
-  constexpr int C = Cfg::kC, kWarps = Cfg::kWarps;
-  extern __shared__ float smem[];
+  constexpr int C = 256 * kCols;
+  __shared__ float red[kLnBwdWarps][C];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per);
-  float acc_w[Cfg::kSmemAcc ? 1 : 8 * kCols], acc_b[Cfg::kSmemAcc ? 1 : 8 * kCols];
-  float* s_w = smem + warp * 2 * C;  // kSmemAcc: this warp's accumulators
-  float* s_b = s_w + C;
+  float acc_w[8 * kCols], acc_b[8 * kCols];
 #pragma unroll
-  for (int i = 0; i < kCols; ++i) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      if constexpr (Cfg::kSmemAcc) {
-        s_w[lane * 8 + 256 * i + k] = 0.f;
-        s_b[lane * 8 + 256 * i + k] = 0.f;
-      } else {
-        acc_w[8 * i + k] = 0.f;
-        acc_b[8 * i + k] = 0.f;
-      }
-    }
-  }
-  for (int row = r0 + warp; row < r1; row += kWarps) {
+  for (int j = 0; j < 8 * kCols; ++j) acc_w[j] = acc_b[j] = 0.f;
+  for (int row = r0 + warp; row < r1; row += kLnBwdWarps) {
     const bf16* x = inp + size_t(row) * C;
     const bf16* dy = dout + size_t(row) * C;
     bf16* dx = dinp + size_t(row) * C;
@@ -207,36 +187,26 @@ __global__ void __launch_bounds__(32 * LnBwdCfg<kCols>::kWarps, 2)
         float xh = (__bfloat162float(xv[i].v[k]) - mean) * rstd;
         float g = (dn - dn_mean - xh * dn_xh_mean) * rstd;
         r.v[k] = __float2bfloat16(__bfloat162float(gv.v[k]) + g);
-        if constexpr (Cfg::kSmemAcc) {
-          s_w[lane * 8 + 256 * i + k] += d * xh;
-          s_b[lane * 8 + 256 * i + k] += d;
-        } else {
-          acc_w[8 * i + k] += d * xh;
-          acc_b[8 * i + k] += d;
-        }
+        acc_w[8 * i + k] += d * xh;
+        acc_b[8 * i + k] += d;
       }
       Store8(dx + lane * 8 + 256 * i, r);
     }
   }
   // The block's sums over its warps, in warp order: weight, then bias.
   for (int which = 0; which < 2; ++which) {
-    const int stride = Cfg::kSmemAcc ? 2 * C : C;
-    const float* red = smem + (Cfg::kSmemAcc ? which * C : 0);
-    if constexpr (!Cfg::kSmemAcc) {
-      __syncthreads();  // the previous pass has read smem
+    __syncthreads();  // the previous pass has read red
 #pragma unroll
-      for (int i = 0; i < kCols; ++i) {
+    for (int i = 0; i < kCols; ++i) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          smem[warp * C + lane * 8 + 256 * i + k] =
-              which == 0 ? acc_w[8 * i + k] : acc_b[8 * i + k];
-        }
+      for (int k = 0; k < 8; ++k) {
+        red[warp][lane * 8 + 256 * i + k] = which == 0 ? acc_w[8 * i + k] : acc_b[8 * i + k];
       }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += 32 * kWarps) {
+    for (int c = threadIdx.x; c < C; c += 32 * kLnBwdWarps) {
       float sum = 0.f;
-      for (int v = 0; v < kWarps; ++v) sum += red[v * stride + c];
+      for (int v = 0; v < kLnBwdWarps; ++v) sum += red[v][c];
       partial[(size_t(which) * chunks + blockIdx.x) * C + c] = sum;
     }
   }
@@ -247,12 +217,7 @@ cudaError_t LaunchLayerNormBackwardFused(bf16* dinp, float* partial, const bf16*
                                          const bf16* inp, const bf16* weight, const float* mean,
                                          const float* rstd, int N, int rows_per, int chunks,
                                          cudaStream_t s) {
-  using Cfg = LnBwdCfg<kCols>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(LayerNormBackwardFusedKernel<kCols>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (attr != cudaSuccess) return attr;
-  LayerNormBackwardFusedKernel<kCols><<<chunks, 32 * Cfg::kWarps, Cfg::kSmemBytes, s>>>(
+  LayerNormBackwardFusedKernel<kCols><<<chunks, 32 * kLnBwdWarps, 0, s>>>(
       dinp, partial, dout, inp, weight, mean, rstd, N, rows_per, chunks);
   return cudaGetLastError();
 }
@@ -281,46 +246,18 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
   int rows_per = (N + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * 2 * size_t(chunks) * C));
   if (!partial) return scratch.last_error();
-  const bool fused = C % 256 == 0 && C <= 2048 && reinterpret_cast<uintptr_t>(dinp) % 16 == 0 &&
+  const bool fused = C % 256 == 0 && C <= 768 && reinterpret_cast<uintptr_t>(dinp) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(inp) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(weight) % 16 == 0;
   if (fused) {
-    cudaError_t err = cudaSuccess;
-    switch (C / 256) {
-      case 1:
-        err = LaunchLayerNormBackwardFused<1>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 2:
-        err = LaunchLayerNormBackwardFused<2>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 3:
-        err = LaunchLayerNormBackwardFused<3>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 4:
-        err = LaunchLayerNormBackwardFused<4>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 5:
-        err = LaunchLayerNormBackwardFused<5>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 6:
-        err = LaunchLayerNormBackwardFused<6>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      case 7:
-        err = LaunchLayerNormBackwardFused<7>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-      default:
-        err = LaunchLayerNormBackwardFused<8>(dinp, partial, dout, inp, weight, mean, rstd, N,
-                                              rows_per, chunks, s);
-        break;
-    }
+    cudaError_t err = C == 256 ? LaunchLayerNormBackwardFused<1>(dinp, partial, dout, inp, weight,
+                                                                 mean, rstd, N, rows_per, chunks, s)
+                      : C == 512
+                          ? LaunchLayerNormBackwardFused<2>(dinp, partial, dout, inp, weight, mean,
+                                                            rstd, N, rows_per, chunks, s)
+                          : LaunchLayerNormBackwardFused<3>(dinp, partial, dout, inp, weight, mean,
+                                                            rstd, N, rows_per, chunks, s);
     if (err != cudaSuccess) return err;
     if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
     return ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s);
