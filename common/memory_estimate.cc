@@ -91,8 +91,8 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   // The backward scratch: dresidual, dln, datty, scratch; dqkv (in FP8 also the FP8 input
   // scratch); dfc; the norm.
   a += 4 * AlignUp(R * C * elem) +
-       AlignUp(std::max(R * 3 * C * elem, fp8 ? N * std::max(C, F) : 0)) +
-       AlignUp(R * F * elem) + AlignUp(f);
+       AlignUp(std::max(R * 3 * C * elem, fp8 ? N * std::max(C, F) : 0)) + AlignUp(R * F * elem) +
+       AlignUp(f);
   a += AlignUp(2 * C * elem);  // a frozen LayerNorm's discarded weight and bias gradients
   e.activations_bytes = a;
   if (fp8) {

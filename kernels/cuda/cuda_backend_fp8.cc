@@ -115,8 +115,8 @@ void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8
 }
 
 void CudaBackend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre,
-                              int rows, int cols, Fp8Format format, const float* scale,
-                              float* amax, uint64_t* counts) {
+                              int rows, int cols, Fp8Format format, const float* scale, float* amax,
+                              uint64_t* counts) {
   if (!Ok()) return;
   ProfileScope profile(this, "GeluCastFp8");
   BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "GeluCastFp8 without an output");

@@ -319,7 +319,7 @@ class Model {
   uint8_t* fp8_dout_ = nullptr;
   uint8_t* fp8_dout_t_ = nullptr;
   uint8_t* fp8_weight_t_ = nullptr;  // the backward's weight transpose [K·OC of the largest]
-  int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
+  int64_t fp8_weight_version_ = 0;   // bumped by every OptimizerStep
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
