@@ -82,9 +82,17 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   } else {
     a += L * (inner + ffn + out);
   }
-  a += ffn;  // GELU's output
+  // The training micro-batch's rows (the FP8 buffers' N).
+  const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
+  // GELU's output; in FP8 also the backward's FP8 output gradient and its transpose
+  // (model_fp8.cc), one byte per element.
+  a += AlignUp(std::max(R * F * elem, fp8 ? 2 * AlignUp(N * std::max(3 * C, F)) : 0));
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
-  a += 4 * AlignUp(R * C * elem) + AlignUp(R * 3 * C * elem) + AlignUp(R * F * elem) + AlignUp(f);
+  // The backward scratch: dresidual, dln, datty, scratch; dqkv (in FP8 also the FP8 input
+  // scratch); dfc; the norm.
+  a += 4 * AlignUp(R * C * elem) +
+       AlignUp(std::max(R * 3 * C * elem, fp8 ? N * std::max(C, F) : 0)) + AlignUp(R * F * elem) +
+       AlignUp(f);
   a += AlignUp(2 * C * elem);  // a frozen LayerNorm's discarded weight and bias gradients
   e.activations_bytes = a;
   if (fp8) {
@@ -99,13 +107,13 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     auto align256 = [](int64_t n) { return (n + 255) / 256 * 256; };
     const int64_t state = 3 * align256(tensors * 4) + align256(tensors * 256) +
                           align256(tensors * H * 4) + align256(tensors * counters);
-    // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows.
-    const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
-    // The cast scratch, and where the recompute's casts put their statistics.
-    const int64_t scratch = N * std::max(C, F) + 2 * N * std::max(3 * C, F) + 8 + counters;
-    // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps its
-    // input's transpose [K, N] and the weight [OC, K] with its transpose.
-    const int64_t linears = N * (3 * C + F) + 2 * (3 * C * C + C * C + C * F + F * C);
+    // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows:
+    // where the recomputing casts put their statistics, and the backward's weight transpose
+    // (of the largest Linear).
+    const int64_t scratch = 8 + counters + C * std::max(3 * C, F);
+    // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps the
+    // FP8 weight [OC, K], qkv and fc1 their input's transpose [K, N].
+    const int64_t linears = N * 2 * C + (3 * C * C + C * C + C * F + F * C);
     e.fp8_bytes = state + scratch + L * linears;
   }
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;

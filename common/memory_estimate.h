@@ -8,9 +8,10 @@
 // rows (every sub-buffer 64-byte aligned) laid out as training.activation_checkpointing
 // ("none", "mlp", "full"; empty reads as none) says. Precision fp8 trains in the backend's
 // compute dtype (bf16 on cuda, fp32 on the cpu emulation) and adds the FP8 buffers of
-// worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), the
-// forward input and backward gradient cast scratch (and its transpose), and per layer and
-// Linear the saved transposed FP8 input and the FP8 weight and its transpose. On cuda it adds
+// worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), one
+// shared FP8 weight transpose, and per layer and Linear the FP8 weight, for qkv and fc1 also
+// the saved transposed FP8 input; the FP8 cast scratch lives in two arena buffers (GELU's
+// output, dqkv), carved large enough for it. On cuda it adds
 // kCudaRuntimeReserveBytes for the CUDA context and cuBLASLt workspace, which the trainer does
 // not allocate through the model.
 //

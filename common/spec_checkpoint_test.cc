@@ -112,15 +112,17 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   EXPECT_EQ(fp8->params_bytes, bf16->params_bytes);
   // FP8 without recompute keeps one pair of LayerNorm outputs for all 4 layers (its backward
   // reads the FP8 transposes): 3 layers x 2 x [8192 x 768] BF16 fewer.
+  // The FP8 cast scratch fits in the arena's GELU buffer (2·N·max(3C,F) bytes against
+  // [8192 x 3072] BF16) and dqkv (N·max(C,F) against [8192 x 2304] BF16) as they are.
   const int64_t shared_ln = 3 * 2 * int64_t{8192} * 768 * 2;
   EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes - shared_ln);
-  // 4 layers, C 768, F 3072, N = 32 x 256 rows, history 16: per layer N(3C+F) + 2(3C² + C² +
-  // 2CF) bytes, the cast scratch N·max(C,F) + 2·N·max(3C,F), and 48 tensors' scaling state
-  // (3 float vectors, scale_inv on a 256-byte slot, a 16-entry history, 3 uint64 counters
-  // each; every region 256-byte aligned).
+  // 4 layers, C 768, F 3072, N = 32 x 256 rows, history 16: per layer qkv's and fc1's input
+  // transposes N·2C and the FP8 weights 3C² + C² + 2CF bytes, one shared weight transpose
+  // C·max(3C,F), and 48 tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot,
+  // a 16-entry history, 3 uint64 counters each; every region 256-byte aligned).
   const int64_t C = 768, F = 3072, N = 32 * 256, L = 4;
-  const int64_t layers = L * (N * (3 * C + F) + 2 * (4 * C * C + 2 * C * F));
-  const int64_t scratch = N * F + 2 * N * F + 32;  // F > 3C; the recompute's discard slot
+  const int64_t layers = L * (N * 2 * C + 4 * C * C + 2 * C * F);
+  const int64_t scratch = C * F + 32;  // F > 3C; the recompute's discard slot
   const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
   EXPECT_EQ(fp8->fp8_bytes, layers + scratch + state);
   EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes - shared_ln);

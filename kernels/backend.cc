@@ -13,6 +13,13 @@ void Backend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* 
   CastFp8(out, out_t, dout, rows, cols, format, scale, amax, counts);
 }
 
+void Backend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows,
+                          int cols, Fp8Format format, const float* scale, float* amax,
+                          uint64_t* counts) {
+  GeluForward(scratch, pre, static_cast<size_t>(rows) * cols);
+  CastFp8(out, out_t, scratch, rows, cols, format, scale, amax, counts);
+}
+
 void Backend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K) {

@@ -236,6 +236,16 @@ class Backend {
                              const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                              const float* b_scale_inv, const void* bias, int M, int N, int K);
 
+  // fc2's FP8 input recomputed from fc1's pre-activation pre[rows, cols] (compute dtype):
+  //   g = gelu_tanh(pre) rounded to the compute dtype, exactly as GeluForward computes it;
+  //   out, out_t = CastFp8(g) with CastFp8's statistics (over g; either output may be null).
+  // scratch: [rows, cols] compute dtype; the default (GeluForward into scratch, then CastFp8)
+  // writes g there, a backend that fuses the two may leave it untouched: its contents
+  // afterwards are unspecified. The cuda backend's fused kernel gives the default's bytes.
+  virtual void GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows,
+                           int cols, Fp8Format format, const float* scale, float* amax,
+                           uint64_t* counts);
+
   // out = gelu_tanh(inp), n elements (the FP8 fc1's epilogue, where its GEMM does not fuse it).
   virtual void GeluForward(void* out, const void* inp, size_t n) = 0;
   // dout *= gelu_tanh'(pre), in place, n elements.

@@ -108,6 +108,8 @@ class CudaBackend final : public Backend {
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
                  int M, int N, int K, bool accumulate, bool fast_accum) override;
+  void GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows, int cols,
+                   Fp8Format format, const float* scale, float* amax, uint64_t* counts) override;
   void GeluForward(void* out, const void* inp, size_t n) override;
   void GeluBackward(void* dout, const void* pre, size_t n) override;
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;

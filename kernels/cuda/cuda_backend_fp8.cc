@@ -3,6 +3,7 @@
 // scales through A/B scale pointers, BF16 output and bias).
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_gelu_ops.h"
 #include "kernels/cuda/fp8_ops.h"
 
 namespace boulder::kernels::cuda {
@@ -111,6 +112,19 @@ void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8
   }
   Backend::MatmulFp8Gelu(out, pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M,
                          N, K);  // no fused algorithm: the GEMM, then GeluForward
+}
+
+void CudaBackend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre,
+                              int rows, int cols, Fp8Format format, const float* scale, float* amax,
+                              uint64_t* counts) {
+  if (!Ok()) return;
+  ProfileScope profile(this, "GeluCastFp8");
+  BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "GeluCastFp8 without an output");
+  // One pass, scratch untouched (fp8_gelu.cu).
+  Check(cuda::GeluCastFp8(out, out_t, static_cast<const bf16*>(pre), rows, cols,
+                          format == Fp8Format::kE4M3, scale, amax,
+                          reinterpret_cast<unsigned long long*>(counts), stream_),
+        "GeluCastFp8");
 }
 
 void CudaBackend::GeluForward(void* out, const void* inp, size_t n) {

@@ -167,8 +167,15 @@ absl::Status Model::Allocate() {
     if (mode == Recompute::kFull) carve_inner(shared);
     if (mode != Recompute::kNone) shared.fc_pre = take(R * F * elem_);
     // GELU's output (fc2's input) is one buffer in every mode: the backward recomputes it
-    // from the layer's pre-activation (Backward()).
-    shared.fc_gelu = take(R * F * elem_);
+    // from the layer's pre-activation (Backward()). In FP8 it doubles as the backward's FP8
+    // output gradient and its transpose (model_fp8.cc), and dqkv below as the FP8 input
+    // scratch: each is carved large enough for both uses.
+    const bool fp8 = options_.fp8.enabled;
+    const size_t N8 = static_cast<size_t>(options_.batch_size) * options_.seq_len;
+    const size_t fp8_dout = AlignUp(N8 * std::max(3 * C, F));
+    shared.fc_gelu = take(std::max(R * F * elem_, fp8 ? 2 * fp8_dout : 0));
+    fp8_dout_ = fp8 ? static_cast<uint8_t*>(shared.fc_gelu) : nullptr;
+    fp8_dout_t_ = fp8_dout_ != nullptr ? fp8_dout_ + fp8_dout : nullptr;
     for (LayerActs& la : act_.layers) {
       if (mode == Recompute::kFull) {
         la = shared;
@@ -188,7 +195,8 @@ absl::Status Model::Allocate() {
     act_.dresidual = take(R * C * elem_);
     act_.dln = take(R * C * elem_);
     act_.datty = take(R * C * elem_);
-    act_.dqkv = take(R * 3 * C * elem_);
+    act_.dqkv = take(std::max(R * 3 * C * elem_, fp8 ? N8 * std::max(C, F) : 0));
+    fp8_input_ = fp8 ? static_cast<uint8_t*>(act_.dqkv) : nullptr;
     act_.dfc = take(R * F * elem_);
     act_.norm_sq = static_cast<float*>(take(sizeof(float)));
     act_.frozen_ln_grad = take(2 * C * elem_);
@@ -401,7 +409,7 @@ void Model::EnqueueBackward() {
     // layer's from the forward: recompute it for the others. In every recompute mode from the
     // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
     // bit-identical (kMlp's GEMM epilogue output is overwritten).
-    // In FP8 fc2's weight gradient reads the FP8 transpose its forward kept instead.
+    // In FP8 fc2's LinearBackward recomputes its FP8 input's transpose from fc_pre instead.
     if (l != c.layers - 1 && fp8_ == nullptr) {
       be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
     }

@@ -57,7 +57,8 @@ struct AdamWConfig {
 // GELU is computed from the BF16 pre-activation, where the forward's GEMM epilogue used the
 // FP32 one: fc2's weight gradient sees values within one BF16 rounding of the forward's.) In
 // FP8 the recomputed Linears cast with the step's scales and FP8 weights and record no amax or
-// counters (the forward did); the FP8 inputs' transposes are kept per layer, not recomputed.
+// counters (the forward did); the FP8 transposes of qkv's and fc1's inputs are kept per layer
+// in every mode (model_fp8.cc says which FP8 operands the backward recomputes).
 enum class Recompute { kNone, kMlp, kFull };
 
 struct ModelOptions {
@@ -76,6 +77,11 @@ struct ModelOptions {
   // forwards and backwards run in FP8 with delayed scaling; the LM head, attention and
   // inference forwards (ForwardLogits, Generate) stay in the compute dtype.
   Fp8Options fp8;
+  // FP8 only: keep every Linear's FP8 input transpose and FP8 weight transpose per layer, as
+  // before the backward recomputed them (model_fp8.cc): more memory, the same weight
+  // gradients up to fc2's recomputed GELU (bit-identical on the cpu emulation). For tests
+  // that compare the two layouts; the memory estimate counts the default (false).
+  bool fp8_keep_transposes = false;
 };
 
 class Model {
@@ -177,8 +183,9 @@ class Model {
   // Replaces every parameter (and its master copy). INVALID_ARGUMENT: wrong length.
   absl::Status SetParameters(const std::vector<float>& values);
   size_t activation_bytes() const { return arena_bytes_; }
-  // The FP8 buffers (options.fp8.enabled; else 0): the scaling state, the cast scratch and the
-  // per-Linear FP8 copies (model_fp8.cc).
+  // The FP8 buffers (options.fp8.enabled; else 0): the scaling state, the shared FP8 weight
+  // transpose and the per-Linear FP8 copies (model_fp8.cc). The FP8 cast scratch lives in the
+  // activation arena (activation_bytes()), in backward buffers the forward leaves free.
   size_t fp8_bytes() const { return fp8_bytes_; }
   // Every byte this model allocated (parameters, gradients, optimizer state, activations, FP8).
   size_t total_bytes() const;
@@ -291,8 +298,10 @@ class Model {
   std::function<void(int)> on_bucket_ready_;
   float* adamw_step_ = nullptr;  // [Backend::kAdamWStepFloats]: SetOptimizerStep's values
 
-  // FP8 (model_fp8.cc). Per layer and Linear: the saved transposed FP8 input (for the
-  // weight gradient) and the FP8 weight and its transpose, cast once per optimizer step.
+  // FP8 (model_fp8.cc). Per layer and Linear: the FP8 weight, cast once per optimizer step,
+  // and for qkv and fc1 the saved transposed FP8 input (for the weight gradient). The
+  // attention projection's and fc2's input transposes and every weight transpose are
+  // recomputed in the backward (null here) unless options.fp8_keep_transposes.
   struct Fp8LinearBuffers {
     uint8_t* input_t = nullptr;   // [K, N]
     uint8_t* weight = nullptr;    // [OC, K]
@@ -301,10 +310,16 @@ class Model {
   };
   std::unique_ptr<Fp8State> fp8_;
   std::vector<Fp8LinearBuffers> fp8_linears_;  // [layers * Fp8State::kLinears]
-  uint8_t* fp8_input_ = nullptr;               // forward scratch [rows, max(C, F)]
-  uint8_t* fp8_dout_ = nullptr;                // backward scratch [rows, max(3C, F)]
-  uint8_t* fp8_dout_t_ = nullptr;              // its transpose
-  int64_t fp8_weight_version_ = 0;             // bumped by every OptimizerStep
+  // In the arena's act_.dqkv (free in the forward, and in a layer's backward until attention's
+  // backward writes it): the forward's FP8 input [N, max(C, F)], and in the backward the
+  // recomputed input transposes of the attention projection and fc2.
+  uint8_t* fp8_input_ = nullptr;
+  // In the arena's GELU buffer (free in the backward once fc2's input is recomputed from it):
+  // the backward's FP8 output gradient [N, max(3C, F)] and its transpose.
+  uint8_t* fp8_dout_ = nullptr;
+  uint8_t* fp8_dout_t_ = nullptr;
+  uint8_t* fp8_weight_t_ = nullptr;  // the backward's weight transpose [K·OC of the largest]
+  int64_t fp8_weight_version_ = 0;   // bumped by every OptimizerStep
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics

@@ -1,14 +1,28 @@
 // The Model's FP8 path (Transformer Engine's delayed scaling) for the four Linears of every
 // layer. Per training micro-batch:
-//   forward:  input -> cast-transpose (E4M3, the input's scale; the transpose is kept for the
-//             weight gradient); weight -> cast-transpose once per optimizer step;
+//   forward:  input -> cast (E4M3, the input's scale) into the shared scratch; for qkv and
+//             fc1 the cast also writes the input's transpose, kept per layer for the weight
+//             gradient; weight -> cast once per optimizer step (row-major, kept per layer);
 //             out = FP8 GEMM (fast accumulation) + bias, then GELU for fc1;
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
-//             in hybrid) in one Backend::CastFp8Grad; dinp = FP8 GEMM(dout, weightᵀ);
+//             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> cast into one shared buffer;
+//             dinp = FP8 GEMM(dout, weightᵀ); the attention projection's input transpose is
+//             cast again from the kept attention output, fc2's recomputed from fc1's kept
+//             pre-activation (Backend::GeluCastFp8), each into the shared scratch;
 //             dweight += FP8 GEMM(doutᵀ, inputᵀ).
-// The amaxes and counters of every cast accumulate in Fp8State until Fp8EndStep. Activation
-// checkpointing recomputes a layer's FP8 Linears in the backward with the step's scales and
-// FP8 weights, recording nothing (see Linear).
+// Every recomputed operand uses the step's scales: the weightᵀ and the projection's inputᵀ are
+// the bytes the forward's casts would have written. fc2's GELU is recomputed from the BF16
+// pre-activation where the forward's GEMM epilogue computed it from the FP32 one (cuda), so
+// its FP8 transpose is the cast of values within one BF16 rounding of the forward's (as the
+// BF16 path's recompute; bit-identical on the cpu emulation, whose forward also runs
+// GeluForward on the stored pre-activation).
+// Statistics: the amaxes and counters of every forward cast and backward gradient cast
+// accumulate in Fp8State until Fp8EndStep. An input's statistics are its forward cast's, a
+// weight's its once-per-step cast's (over the same elements its transpose holds); the
+// backward's recomputing casts, and activation checkpointing's recomputed Linears
+// (RecomputeLayer), record nothing (their amax and counters go to fp8_discard_).
+// ModelOptions::fp8_keep_transposes keeps every input and weight transpose per layer instead
+// (the layout before the recomputation, for tests).
 #include <algorithm>
 #include <utility>
 
@@ -26,6 +40,7 @@ absl::Status Model::AllocateFp8() {
   fp8_bytes_ = fp8_->bytes();
   const size_t N = static_cast<size_t>(options_.batch_size) * options_.seq_len;
   const size_t C = c.hidden, F = c.ffn;
+  const bool keep = options_.fp8_keep_transposes;
   auto alloc = [this](size_t bytes, uint8_t** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
@@ -34,10 +49,9 @@ absl::Status Model::AllocateFp8() {
     *out = static_cast<uint8_t*>(*p);
     return absl::OkStatus();
   };
+  // The cast scratch (fp8_input_, fp8_dout_, fp8_dout_t_) is in the arena (Allocate()).
   absl::Status s = alloc(8 + kernels::kFp8CountersPerTensor * sizeof(uint64_t), &fp8_discard_);
-  if (s.ok()) s = alloc(N * std::max(C, F), &fp8_input_);
-  if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_);
-  if (s.ok()) s = alloc(N * std::max(3 * C, F), &fp8_dout_t_);
+  if (s.ok() && !keep) s = alloc(C * std::max(3 * C, F), &fp8_weight_t_);
   fp8_linears_.resize(static_cast<size_t>(c.layers) * Fp8State::kLinears);
   for (int l = 0; l < c.layers && s.ok(); ++l) {
     // {K, OC} of qkv, attn_proj, fc1, fc2.
@@ -45,9 +59,13 @@ absl::Status Model::AllocateFp8() {
     for (int t = 0; t < Fp8State::kLinears && s.ok(); ++t) {
       Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
       const size_t K = dims[t][0], OC = dims[t][1];
-      s = alloc(K * N, &b.input_t);
+      // qkv's and fc1's inputs (the LayerNorm outputs) are not kept in the compute dtype
+      // when the arena shares them between layers: their transposes are.
+      const bool keeps_input =
+          keep || t == static_cast<int>(Fp8Linear::kQkv) || t == static_cast<int>(Fp8Linear::kFc1);
+      if (keeps_input) s = alloc(K * N, &b.input_t);
       if (s.ok()) s = alloc(OC * K, &b.weight);
-      if (s.ok()) s = alloc(K * OC, &b.weight_t);
+      if (s.ok() && keep) s = alloc(K * OC, &b.weight_t);
     }
   }
   return s;
@@ -70,17 +88,18 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   if (fp8_recompute_) {
     // The backward's recomputation (activation checkpointing): the same input cast with the
     // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
-    // forward already recorded this cast's amax and counters and kept its transpose (per
-    // layer, for the weight gradient): nothing is recorded or kept again.
+    // forward already recorded this cast's amax and counters and kept what it keeps: nothing
+    // is recorded or kept again.
     be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in),
                reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
   } else {
+    // b.input_t is null where the backward recomputes the transpose.
     be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
   // The weights do not change between a forward and its backward: a recompute finds them
-  // cast already.
+  // cast already. (b.weight_t is null unless fp8_keep_transposes: the backward casts it.)
   if (b.weight_version != fp8_weight_version_) {
     be.CastFp8(b.weight, b.weight_t, weight, OC, C, w_fmt, s.scale(w), s.amax(w), s.counts(w));
     s.AddElements(w, static_cast<int64_t>(OC) * C);
@@ -90,8 +109,8 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     be.MatmulFp8Gelu(out, pre_gelu, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt,
                      s.scale_inv(w), bias, N, OC, C);
   } else {
-    be.MatmulFp8(out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias,
-                 N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
+    be.MatmulFp8(out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias, N,
+                 OC, C, /*accumulate=*/false, /*fast_accum=*/true);
   }
 }
 
@@ -111,20 +130,43 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
   const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
   const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
+  float* const discard_amax = reinterpret_cast<float*>(fp8_discard_);
+  uint64_t* const discard_counts = reinterpret_cast<uint64_t*>(fp8_discard_ + 8);
+  // The input's transpose for the weight gradient: kept by the forward, or recomputed into the
+  // shared scratch with the step's scale. First, because fc2's (GELU from fc1's kept
+  // pre-activation) may use the GELU buffer as scratch, where the gradient cast below writes.
+  const uint8_t* inp_t = b.input_t;
+  if (inp_t == nullptr && dweight != nullptr) {
+    if (t == Fp8Linear::kFc2) {
+      LayerActs& la = act_.layers[layer];
+      be.GeluCastFp8(nullptr, fp8_input_, la.fc_gelu, la.fc_pre, N, C, in_fmt, s.scale(in),
+                     discard_amax, discard_counts);
+    } else {
+      be.CastFp8(nullptr, fp8_input_, inp, N, C, in_fmt, s.scale(in), discard_amax, discard_counts);
+    }
+    inp_t = fp8_input_;
+  }
   // dGELU (fc1), the bias gradient and the cast in one pass where the backend fuses them.
-  be.CastFp8Grad(fp8_dout_, fp8_dout_t_, dout, pre_gelu, dbias, N, OC, g_fmt, s.scale(g),
-                 s.amax(g), s.counts(g));
+  be.CastFp8Grad(fp8_dout_, fp8_dout_t_, dout, pre_gelu, dbias, N, OC, g_fmt, s.scale(g), s.amax(g),
+                 s.counts(g));
   s.AddElements(g, static_cast<int64_t>(N) * OC);
   if (dinp != nullptr) {
-    // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous.
-    be.MatmulFp8(dinp, fp8_dout_, g_fmt, s.scale_inv(g), b.weight_t, w_fmt, s.scale_inv(w), nullptr,
-                 N, C, OC, false, false);
+    // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous:
+    // kept, or cast now (the forward's weight cast recorded its statistics).
+    const uint8_t* w_t = b.weight_t;
+    if (w_t == nullptr) {
+      be.CastFp8(nullptr, fp8_weight_t_, weight, OC, C, w_fmt, s.scale(w), discard_amax,
+                 discard_counts);
+      w_t = fp8_weight_t_;
+    }
+    be.MatmulFp8(dinp, fp8_dout_, g_fmt, s.scale_inv(g), w_t, w_fmt, s.scale_inv(w), nullptr, N, C,
+                 OC, false, false);
   }
   // dW[OC,C] += doutᵀ[OC,N] · inp[N,C]: K = N, both transposes are K-contiguous. A frozen
   // weight (training.freeze_layers) has no gradient.
   if (dweight == nullptr) return;
-  be.MatmulFp8(dweight, fp8_dout_t_, g_fmt, s.scale_inv(g), b.input_t, in_fmt, s.scale_inv(in),
-               nullptr, OC, C, N, /*accumulate=*/true, false);
+  be.MatmulFp8(dweight, fp8_dout_t_, g_fmt, s.scale_inv(g), inp_t, in_fmt, s.scale_inv(in), nullptr,
+               OC, C, N, /*accumulate=*/true, false);
 }
 
 absl::Status Model::Fp8EndStep(bool apply, std::vector<Fp8TensorStat>* stats) {

@@ -347,7 +347,9 @@ TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
        {std::vector<std::string>{},
         {"model.ffn=48", "training.batch_size=1", "fp8.amax_history_len=1"},
         {"model.layers=3", "model.hidden=64", "model.heads=4", "training.seq_len=8",
-         "fp8.amax_history_len=1024", "fp8.format=e4m3"}}) {
+         "fp8.amax_history_len=1024", "fp8.format=e4m3"},
+        {"training.activation_checkpointing=mlp"},
+        {"training.activation_checkpointing=full", "model.ffn=48"}}) {
     std::vector<std::string> all = kFp8;
     all.insert(all.end(), sets.begin(), sets.end());
     const v1::JobSpec spec = Spec(all);
@@ -362,6 +364,9 @@ TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
     mo.fp8.enabled = true;
     mo.fp8.amax_history_len = spec.fp8().amax_history_len();
     mo.fp8.hybrid = spec.fp8().format() == "hybrid";
+    const std::string& ckpt = spec.training().activation_checkpointing();
+    mo.recompute =
+        ckpt == "full" ? Recompute::kFull : (ckpt == "mlp" ? Recompute::kMlp : Recompute::kNone);
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cpu");

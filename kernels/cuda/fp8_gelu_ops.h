@@ -1,0 +1,23 @@
+// Launcher of the fused GELU + FP8 cast(-transpose) (fp8_gelu.cu), behind
+// CudaBackend::GeluCastFp8; the contract is Backend::GeluCastFp8's (kernels/backend.h). Checks
+// the launch and returns its error; does not synchronise.
+#ifndef BOULDER_KERNELS_CUDA_FP8_GELU_OPS_H_
+#define BOULDER_KERNELS_CUDA_FP8_GELU_OPS_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace boulder::kernels::cuda {
+
+// pre [rows, cols] BF16 -> g = bf16(gelu_tanh(pre)) (GeluForward's values) -> out [rows, cols]
+// and/or out_t [cols, rows] FP8 (E4M3 when e4m3, else E5M2) with CastFp8's encoding; *amax
+// max-accumulated over |g|, counts[3] (saturated, underflow, non-finite) added to.
+cudaError_t GeluCastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* pre, int rows, int cols,
+                        bool e4m3, const float* scale, float* amax, unsigned long long* counts,
+                        cudaStream_t s);
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_FP8_GELU_OPS_H_

@@ -1,0 +1,133 @@
+// The FP8 backward's recomputed operands (model_fp8.cc) on the cpu backend's rounding
+// emulation: training with fc2's GELU input, the attention projection's input and every
+// weight transpose recomputed in the backward matches the layout that keeps them all per
+// layer (ModelOptions::fp8_keep_transposes) — bit-identically here, where the forward's GELU
+// is GeluForward on the stored pre-activation too — with the same FP8 statistics, in every
+// activation-checkpointing mode, and allocates exactly the kept transposes' bytes less.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "worker/engine/data.h"
+#include "worker/engine/fp8_state.h"
+#include "worker/engine/model.h"
+#include "worker/engine/param_layout.h"
+
+namespace boulder::engine {
+namespace {
+
+ModelOptions Options(Recompute recompute, bool keep, int grad_accum) {
+  ModelOptions o;
+  o.config.vocab_size = 96;
+  o.config.padded_vocab_size = PaddedVocabSize(96);
+  o.config.hidden = 64;
+  o.config.heads = 4;
+  o.config.layers = 2;
+  o.config.ffn = 256;
+  o.config.context = 32;
+  o.batch_size = 4;
+  o.seq_len = 32;
+  o.grad_accum_steps = grad_accum;
+  o.seed = 11;
+  o.recompute = recompute;
+  o.fp8.enabled = true;
+  o.fp8_keep_transposes = keep;
+  return o;
+}
+
+struct TrainResult {
+  std::vector<double> losses;
+  std::vector<float> params;
+  std::vector<Fp8TensorStat> stats;  // the last step's
+};
+
+// `steps` optimizer steps of `grad_accum` micro-batches each.
+TrainResult Train(kernels::Backend* be, const ModelOptions& o, int steps) {
+  TrainResult r;
+  absl::StatusOr<std::unique_ptr<Model>> created = Model::Create(be, o);
+  EXPECT_TRUE(created.ok()) << created.status();
+  if (!created.ok()) return r;
+  Model& m = **created;
+  ArithmeticData data(96, 6, 3);
+  for (int step = 0; step < steps; ++step) {
+    m.ZeroGrad();
+    for (int micro = 0; micro < o.grad_accum_steps; ++micro) {
+      const Batch batch =
+          data.Get(step * o.grad_accum_steps + micro, 1, 0, o.batch_size, o.seq_len);
+      absl::StatusOr<double> loss = m.Forward(batch.inputs, batch.targets);
+      EXPECT_TRUE(loss.ok()) << loss.status();
+      if (!loss.ok()) return r;
+      r.losses.push_back(*loss);
+      EXPECT_TRUE(m.Backward().ok());
+    }
+    EXPECT_TRUE(m.OptimizerStep(1e-3f, step + 1).ok());
+    EXPECT_TRUE(m.Fp8EndStep(/*apply=*/true, &r.stats).ok());
+  }
+  absl::StatusOr<std::vector<float>> p = m.GetParameters();
+  EXPECT_TRUE(p.ok());
+  if (p.ok()) r.params = *p;
+  return r;
+}
+
+TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  for (Recompute mode : {Recompute::kNone, Recompute::kMlp, Recompute::kFull}) {
+    for (int accum : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
+      const TrainResult kept = Train(cpu.get(), Options(mode, /*keep=*/true, accum), 3);
+      const TrainResult recomputed = Train(cpu.get(), Options(mode, /*keep=*/false, accum), 3);
+      ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
+      ASSERT_EQ(recomputed.losses.size(), kept.losses.size());
+      // The first step's loss runs before any gradient: equal in any case. The later ones
+      // follow the gradients, which see the same FP8 operands.
+      EXPECT_EQ(recomputed.losses, kept.losses);
+      ASSERT_EQ(recomputed.params.size(), kept.params.size());
+      size_t differing = 0;
+      for (size_t i = 0; i < kept.params.size(); ++i) {
+        differing += recomputed.params[i] != kept.params[i];
+      }
+      EXPECT_EQ(differing, 0u);
+      // The recomputing casts record nothing: the statistics are the forward's.
+      ASSERT_EQ(recomputed.stats.size(), kept.stats.size());
+      ASSERT_EQ(kept.stats.size(), 2u * 4 * 3);
+      for (size_t i = 0; i < kept.stats.size(); ++i) {
+        const Fp8TensorStat& a = kept.stats[i];
+        const Fp8TensorStat& b = recomputed.stats[i];
+        SCOPED_TRACE(absl::StrCat(a.layer, " ", Fp8LinearName(a.linear), " ", Fp8RoleName(a.role)));
+        EXPECT_EQ(b.scale, a.scale);
+        EXPECT_EQ(b.amax, a.amax);
+        EXPECT_EQ(b.amax_history_max, a.amax_history_max);
+        EXPECT_EQ(b.saturated_ratio, a.saturated_ratio);
+        EXPECT_EQ(b.underflow_ratio, a.underflow_ratio);
+        EXPECT_EQ(b.elements, a.elements);
+        EXPECT_GT(a.amax, 0.0f);
+      }
+    }
+  }
+}
+
+TEST(Fp8RecomputeTest, AllocatesTheKeptTransposesLess) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  for (Recompute mode : {Recompute::kNone, Recompute::kMlp, Recompute::kFull}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    const ModelOptions keep_options = Options(mode, true, 1);
+    absl::StatusOr<std::unique_ptr<Model>> keep = Model::Create(cpu.get(), keep_options);
+    absl::StatusOr<std::unique_ptr<Model>> lean = Model::Create(cpu.get(), Options(mode, false, 1));
+    ASSERT_TRUE(keep.ok() && lean.ok());
+    const size_t N = 4 * 32, C = 64, F = 256, L = 2;
+    // Per layer: the projection's and fc2's input transposes (C and F bytes per token) and
+    // the four weight transposes (one byte per weight); less the one shared weight transpose.
+    const size_t saved =
+        L * (N * (C + F) + 3 * C * C + C * C + C * F + F * C) - C * std::max(3 * C, F);
+    EXPECT_EQ((*keep)->fp8_bytes() - (*lean)->fp8_bytes(), saved);
+    EXPECT_EQ((*keep)->activation_bytes(), (*lean)->activation_bytes());
+    EXPECT_EQ((*keep)->total_bytes() - (*lean)->total_bytes(), saved);
+  }
+}
+
+}  // namespace
+}  // namespace boulder::engine
