@@ -20,6 +20,19 @@ void Backend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const voi
   CastFp8(out, out_t, scratch, rows, cols, format, scale, amax, counts);
 }
 
+void Backend::ResidualLayerNormFp8Forward(void* residual, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int N, int C, uint8_t* fp8_out,
+                                          uint8_t* fp8_out_t, Fp8Format format, const float* scale,
+                                          float* amax, uint64_t* counts) {
+  if (residual != nullptr) {
+    ResidualLayerNormForward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  } else {
+    LayerNormForward(out, mean, rstd, a, weight, bias, N, C);
+  }
+  CastFp8(fp8_out, fp8_out_t, out, N, C, format, scale, amax, counts);
+}
+
 void Backend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K) {

@@ -207,6 +207,24 @@ class Backend {
   // scale, amax: FP32 device scalars; counts: uint64 device array [kFp8CountersPerTensor].
   virtual void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
                        Fp8Format format, const float* scale, float* amax, uint64_t* counts) = 0;
+  // LayerNorm writing its output as FP8 for the Linear after it (Transformer Engine's fused
+  // LayerNorm + cast). residual null: y = LayerNorm(a) as LayerNormForward (b unused). residual
+  // not null: residual = a + b, y = LayerNorm(residual) as ResidualLayerNormForward (residual
+  // may alias a or b). mean, rstd as LayerNormForward. out [N, C] (compute dtype, required) is
+  // the unfused path's buffer for y: its contents afterwards are unspecified (the default
+  // writes y there, a fused backend need not). fp8_out [N, C] and fp8_out_t [C, N] (either may
+  // be null, not both) = CastFp8(y), with CastFp8's statistics into amax and counts.
+  // CONTRACT: the FP8 bytes, amax and counters are exactly those of CastFp8 applied to the
+  // compute-dtype LayerNorm output (rounded to the compute dtype first, then scaled and
+  // converted), and residual, mean and rstd exactly those of the unfused ops: the fused and
+  // unfused forms are bit-identical on every backend. The default runs the LayerNorm into out,
+  // then CastFp8; the cuda backend fuses them into one pass where the shapes allow.
+  virtual void ResidualLayerNormFp8Forward(void* residual, void* out, float* mean, float* rstd,
+                                           const void* a, const void* b, const void* weight,
+                                           const void* bias, int N, int C, uint8_t* fp8_out,
+                                           uint8_t* fp8_out_t, Fp8Format format, const float* scale,
+                                           float* amax, uint64_t* counts);
+
 
   // The backward's cast of a Linear's output gradient dout[rows, cols] (compute dtype):
   //   g = dout ⊙ gelu_tanh'(pre) when pre is not null (fc1), else dout;

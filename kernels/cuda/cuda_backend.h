@@ -100,8 +100,15 @@ class CudaBackend final : public Backend {
   void MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
                      const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                      const float* b_scale_inv, const void* bias, int M, int N, int K) override;
-  void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
-                   int rows, int cols, Fp8Format format, const float* scale, float* amax,
+  void ResidualLayerNormFp8Forward(void* residual, void* out, float* mean, float* rstd,
+                                   const void* a, const void* b, const void* weight,
+                                   const void* bias, int N, int C, uint8_t* fp8_out,
+                                   uint8_t* fp8_out_t, Fp8Format format, const float* scale,
+                                   float* amax, uint64_t* counts) override;
+  // Off: ResidualLayerNormFp8Forward runs the unfused LayerNorm then CastFp8 (benchmarks).
+  void set_fused_layernorm_fp8(bool on) { fused_layernorm_fp8_ = on; }
+  void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias, int rows,
+                   int cols, Fp8Format format, const float* scale, float* amax,
                    uint64_t* counts) override;
   void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
                const float* scale, float* amax, uint64_t* counts) override;
@@ -167,6 +174,7 @@ class CudaBackend final : public Backend {
   // against 0.344 ms for the GEMM + dGELU + column sum on GPT-2's shape (1.65x slower), and
   // BGRADB was 2-4% slower than GEMM + column sum.
   bool fused_epilogues_ = false;
+  bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;

@@ -73,6 +73,29 @@ void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const vo
         "CastFp8Grad");
 }
 
+void CudaBackend::ResidualLayerNormFp8Forward(void* residual, void* out, float* mean, float* rstd,
+                                              const void* a, const void* b, const void* weight,
+                                              const void* bias, int N, int C, uint8_t* fp8_out,
+                                              uint8_t* fp8_out_t, Fp8Format format,
+                                              const float* scale, float* amax, uint64_t* counts) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE_FP8(fp8_out != nullptr || fp8_out_t != nullptr,
+                      "ResidualLayerNormFp8Forward without an FP8 output");
+  if (!fused_layernorm_fp8_ ||
+      !cuda::LayerNormFp8Fusable(residual, a, b, weight, bias, fp8_out, fp8_out_t, N, C)) {
+    Backend::ResidualLayerNormFp8Forward(residual, out, mean, rstd, a, b, weight, bias, N, C,
+                                         fp8_out, fp8_out_t, format, scale, amax, counts);
+    return;
+  }
+  ProfileScope profile(this, "ResidualLayerNormFp8Forward");
+  Check(cuda::ResidualLayerNormFp8Forward(
+            static_cast<bf16*>(residual), mean, rstd, static_cast<const bf16*>(a),
+            static_cast<const bf16*>(b), static_cast<const bf16*>(weight),
+            static_cast<const bf16*>(bias), N, C, fp8_out, fp8_out_t, format == Fp8Format::kE4M3,
+            scale, amax, reinterpret_cast<unsigned long long*>(counts), stream_),
+        "ResidualLayerNormFp8Forward");
+}
+
 void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,

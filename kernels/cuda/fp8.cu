@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/fp8_recipe.h"
@@ -30,65 +31,7 @@ namespace {
 constexpr int kTile = 32;
 constexpr int kRowsPerPass = 8;
 
-__device__ __forceinline__ uint8_t ToFp8(float y, bool e4m3) {
-  return e4m3 ? __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3)
-              : __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E5M2);
-}
-
-// One thread's statistics of a cast (see Backend::CastFp8): amax as the bit pattern of |x|.
-struct CastStats {
-  unsigned int amax = 0, saturated = 0, underflow = 0, non_finite = 0;
-};
-
-// q = fp8(x · scale), counted into st.
-__device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, bool e4m3,
-                                           CastStats& st) {
-  const float y = __fmul_rn(x, scale);
-  const uint8_t q = ToFp8(y, e4m3);
-  st.amax = max(st.amax, __float_as_uint(fabsf(x)));
-  if (!isfinite(x)) {
-    ++st.non_finite;
-  } else {
-    if (fabsf(y) > fp8_max) ++st.saturated;
-    if (x != 0.0f && (q & 0x7F) == 0) ++st.underflow;
-  }
-  return q;
-}
-
-// A block's statistics in shared memory.
-struct BlockCastStats {
-  unsigned int amax;
-  unsigned int counts[3];  // saturated, underflow, non-finite
-};
-
-// Thread tid 0 zeroes s; the block must synchronise before anyone adds to it.
-__device__ __forceinline__ void InitBlockCastStats(BlockCastStats& s, int tid) {
-  if (tid == 0) s.amax = 0, s.counts[0] = s.counts[1] = s.counts[2] = 0;
-}
-
-// Every thread of the block calls this (it synchronises the block; tid is the thread's linear
-// index, warps are 32 consecutive tids): a reduction per warp, one shared atomic per warp,
-// then one global atomicMax for amax and one atomicAdd per non-zero counter per block.
-__device__ __forceinline__ void FlushCastStats(CastStats st, BlockCastStats& s, int tid,
-                                               float* amax, unsigned long long* counts) {
-  st.amax = __reduce_max_sync(0xffffffffu, st.amax);
-  st.saturated = __reduce_add_sync(0xffffffffu, st.saturated);
-  st.underflow = __reduce_add_sync(0xffffffffu, st.underflow);
-  st.non_finite = __reduce_add_sync(0xffffffffu, st.non_finite);
-  if (tid % 32 == 0) {
-    atomicMax(&s.amax, st.amax);
-    if (st.saturated) atomicAdd(&s.counts[0], st.saturated);
-    if (st.underflow) atomicAdd(&s.counts[1], st.underflow);
-    if (st.non_finite) atomicAdd(&s.counts[2], st.non_finite);
-  }
-  __syncthreads();
-  if (tid == 0) {
-    if (s.amax) atomicMax(reinterpret_cast<unsigned int*>(amax), s.amax);
-    for (int k = 0; k < 3; ++k) {
-      if (s.counts[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(s.counts[k]));
-    }
-  }
-}
+// The encoding and statistics (ToFp8, CastOne, FlushCastStats): fp8_cast.cuh.
 
 __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int cols,
                               bool e4m3, const float* scale_p, float* amax,

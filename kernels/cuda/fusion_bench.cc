@@ -7,7 +7,10 @@
 //   fc2+gelu bwd   MatmulBackwardGelu: fc2's data gradient with dGELU and fc1's bias gradient
 //                  (DGELU_BGRAD) and fc2's weight gradient with its bias gradient (BGRADB);
 //   qkv bwd        MatmulBackward with a bias gradient (BGRADB), likewise attn proj;
-//   residual+ln    ResidualLayerNormForward.
+//   residual+ln    ResidualLayerNormForward;
+//   ln+fp8 cast    ResidualLayerNormFp8Forward (FP8 GPUs only): the LayerNorm writing its
+//                  Linear's FP8 input and transpose, against ResidualLayerNormForward + CastFp8
+//                  (CudaBackend::set_fused_layernorm_fp8).
 // "per step" multiplies by the op's count in one step (layers, or 2 x layers for the LayerNorm).
 //
 //   fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic]
@@ -199,6 +202,28 @@ int main(int argc, char** argv) {
       std::printf("  %-14s %8.3f ms/op (%4.0f GB/s)  x1  %7.3f ms/step\n", "cross-entropy", ms,
                   N * Vp * 4.0 / (ms * 1e-3) / 1e9, ms);
       be->Free(*t);
+    }
+    if (be->Fp8Supported().ok()) {
+      // FP8 training's ln_1 / ln_2: LayerNorm writing its Linear's FP8 input (row-major and
+      // transposed) against ResidualLayerNormForward + CastFp8.
+      void *a = b.Buf(N * C), *x = b.Buf(N * C), *res = b.Buf(N * C), *out = b.Buf(N * C),
+           *lw = b.Buf(C), *lb = b.Buf(C);
+      float *mean = b.F32(N), *rstd = b.F32(N), *scale = b.F32(1), *amax = b.F32(1);
+      const float one = 1.0f;
+      be->CopyFromHost(scale, &one, sizeof(one));
+      auto* q = static_cast<uint8_t*>(static_cast<void*>(b.F32(N * C / 4)));
+      auto* q_t = static_cast<uint8_t*>(static_cast<void*>(b.F32(N * C / 4)));
+      auto* counts = static_cast<uint64_t*>(static_cast<void*>(b.F32(2 * 4)));
+      auto op = [&] {
+        be->ResidualLayerNormFp8Forward(res, out, mean, rstd, a, x, lw, lb, w.N, w.C, q, q_t,
+                                        boulder::kernels::Fp8Format::kE4M3, scale, amax, counts);
+      };
+      be->set_fused_layernorm_fp8(true);
+      const double fused = b.Time(op);
+      be->set_fused_layernorm_fp8(false);
+      const double unfused = b.Time(op);
+      be->set_fused_layernorm_fp8(true);
+      Row("ln+fp8 cast", fused, unfused, 2 * w.layers, &saved);
     }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());

@@ -3,32 +3,35 @@
 //
 // Forward: one warp per row; mean and variance in FP32 from two passes over the row (the
 // second and third reads hit L1/L2), out = (x - mean) * rstd * w + b in BF16; mean and rstd
-// saved in FP32.
+// saved in FP32. The FP8 forward (LayerNormFp8Kernel) runs the same per-row code and casts
+// the BF16 output to FP8 (row-major and transposed) in the same pass instead of writing it.
 // Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
 // stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
 // dout * xhat and dout over the rows (see reduce.cu). For C = 256, 512, 768 one kernel does
 // both in a single pass over the rows (LayerNormBackwardFusedKernel); otherwise a column-sum
 // kernel and a row kernel.
+#include <cstdint>
+
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/fp8_recipe.h"
 
 namespace boulder::kernels::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
 
-// kResidual: the row is first formed as residual = bf16(a + b) (ResidualForward's rounding)
-// and written out; the later passes read it back (each lane reads only what it wrote). The
-// statistics see the same BF16 values in the same order as the unfused pair of kernels, so the
-// results are bit-identical to ResidualForward followed by LayerNormForward.
+// One warp's row statistics. kResidual: the row is first formed as residual = bf16(a + b)
+// (ResidualForward's rounding) and written out; the later passes read it back (each lane reads
+// only what it wrote). The statistics see the same BF16 values in the same order as the
+// unfused pair of kernels, so the results are bit-identical to ResidualForward followed by
+// LayerNormForward. Returns the row to normalise (inp's or residual's).
 template <bool kResidual>
-__global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out, const bf16* inp,
-                                       const bf16* w, const bf16* b, int N, int C, bf16* residual,
-                                       const bf16* ra, const bf16* rb) {
-  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= N) return;
+__device__ __forceinline__ const bf16* LayerNormRowStats(int row, int lane, int C, const bf16* inp,
+                                                         bf16* residual, const bf16* ra,
+                                                         const bf16* rb, float& mean, float& rstd) {
   const bf16* x = (kResidual ? residual : inp) + size_t(row) * C;
   float sum = 0.f;
   for (int c = lane * 8; c < C; c += 256) {
@@ -47,7 +50,7 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
 #pragma unroll
     for (int k = 0; k < 8; ++k) sum += __bfloat162float(v.v[k]);
   }
-  float mean = WarpSum(sum) / C;
+  mean = WarpSum(sum) / C;
   float var = 0.f;
   for (int c = lane * 8; c < C; c += 256) {
     Bf16x8 v = Load8(x + c);
@@ -57,21 +60,119 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
       var += d * d;
     }
   }
-  float rstd = rsqrtf(WarpSum(var) / C + kEps);
-  bf16* o = out + size_t(row) * C;
-  for (int c = lane * 8; c < C; c += 256) {
-    Bf16x8 v = Load8(x + c), wv = Load8(w + c), bv = Load8(b + c), r;
+  rstd = rsqrtf(WarpSum(var) / C + kEps);
+  return x;
+}
+
+// Columns c..c+7 of a normalised row: bf16((x - mean) * rstd * w + b).
+__device__ __forceinline__ Bf16x8 LayerNormChunk(const bf16* x, const bf16* w, const bf16* b, int c,
+                                                 float mean, float rstd) {
+  Bf16x8 v = Load8(x + c), wv = Load8(w + c), bv = Load8(b + c), r;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      float n = (__bfloat162float(v.v[k]) - mean) * rstd;
-      r.v[k] = __float2bfloat16(n * __bfloat162float(wv.v[k]) + __bfloat162float(bv.v[k]));
-    }
-    Store8(o + c, r);
+  for (int k = 0; k < 8; ++k) {
+    float n = (__bfloat162float(v.v[k]) - mean) * rstd;
+    r.v[k] = __float2bfloat16(n * __bfloat162float(wv.v[k]) + __bfloat162float(bv.v[k]));
   }
+  return r;
+}
+
+template <bool kResidual>
+__global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out, const bf16* inp,
+                                       const bf16* w, const bf16* b, int N, int C, bf16* residual,
+                                       const bf16* ra, const bf16* rb) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  float mean, rstd;
+  const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+  bf16* o = out + size_t(row) * C;
+  for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
   if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
   }
+}
+
+// LayerNorm + FP8 cast (Backend::ResidualLayerNormFp8Forward). A block of 8 warps owns a tile
+// of kFp8Rows rows x all C columns; each warp normalises its rows exactly as
+// LayerNormForwardKernel (same functions, same order: bit-identical residual, mean, rstd and
+// BF16 y), casts y with CastOne (fp8_cast.cuh: CastFp8's encoding and statistics) and writes
+// the row-major FP8 as 8-byte words. The tile's FP8 rows also go to shared memory
+// ([kFp8Rows][C + 8] bytes, dynamic), from which the block writes the transpose: each thread
+// gathers 8 rows of one column into an 8-byte word of out_t's row (32-byte runs per column).
+// The BF16 y is never written.
+constexpr int kFp8Rows = 32;
+constexpr int kFp8Threads = 256;
+
+__host__ __device__ constexpr int Fp8TilePitch(int C) { return C + 8; }
+
+template <bool kResidual>
+__global__ void __launch_bounds__(kFp8Threads)
+    LayerNormFp8Kernel(uint8_t* q_out, uint8_t* q_out_t, float* mean_out, float* rstd_out,
+                       const bf16* inp, const bf16* w, const bf16* b, int N, int C, bf16* residual,
+                       const bf16* ra, const bf16* rb, bool e4m3, const float* scale_p, float* amax,
+                       unsigned long long* counts) {
+  extern __shared__ __align__(16) uint8_t tile[];  // [kFp8Rows][Fp8TilePitch(C)]
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
+  const int pitch = Fp8TilePitch(C);
+  const float scale = *scale_p;
+  const float fp8_max = e4m3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * kFp8Rows;
+  CastStats st;
+  for (int i = warp; i < kFp8Rows && r0 + i < N; i += kFp8Threads / 32) {
+    const int row = r0 + i;
+    float mean, rstd;
+    const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+    for (int c = lane * 8; c < C; c += 256) {
+      const Bf16x8 y = LayerNormChunk(x, w, b, c, mean, rstd);
+      uint2 packed;
+      uint8_t* q = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        q[k] = CastOne(__bfloat162float(y.v[k]), scale, fp8_max, e4m3, st);
+      if (q_out != nullptr) *reinterpret_cast<uint2*>(q_out + size_t(row) * C + c) = packed;
+      *reinterpret_cast<uint2*>(tile + i * pitch + c) = packed;
+    }
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+  }
+  __syncthreads();
+  if (q_out_t != nullptr) {
+    constexpr int kGroups = kFp8Rows / 8;  // 8-row words per column
+    for (int idx = threadIdx.x; idx < C * kGroups; idx += kFp8Threads) {
+      const int cc = idx / kGroups, g = idx % kGroups;
+      const int rr = r0 + g * 8;
+      if (rr < N) {  // N % 8 == 0: all 8 rows are in range
+        uint2 packed;
+        uint8_t* q = reinterpret_cast<uint8_t*>(&packed);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = tile[(g * 8 + j) * pitch + cc];
+        *reinterpret_cast<uint2*>(q_out_t + size_t(cc) * N + rr) = packed;
+      }
+    }
+  }
+  FlushCastStats(st, s_stats, threadIdx.x, amax, counts);
+}
+
+int MaxDynamicSmem() {
+  static const int bytes = [] {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    // Leave room for the static shared memory (the block's statistics).
+    return optin - 64;
+  }();
+  return bytes;
+}
+
+size_t Fp8TileBytes(int C) { return size_t(kFp8Rows) * Fp8TilePitch(C); }
+
+bool Aligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }
 
 __global__ void LayerNormBackwardInputKernel(bf16* dinp, const bf16* dout, const bf16* inp,
@@ -236,6 +337,45 @@ cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, flo
                                      const bf16* bias, int N, int C, cudaStream_t s) {
   LayerNormForwardKernel<true>
       <<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a, b);
+  return cudaGetLastError();
+}
+
+bool LayerNormFp8Fusable(const void* residual, const void* a, const void* b, const void* weight,
+                         const void* bias, const void* fp8_out, const void* fp8_out_t, int N,
+                         int C) {
+  return N > 0 && C > 0 && N % 8 == 0 && C % 8 == 0 &&
+         (fp8_out != nullptr || fp8_out_t != nullptr) && Aligned(residual, 16) && Aligned(a, 16) &&
+         Aligned(b, 16) && Aligned(weight, 16) && Aligned(bias, 16) && Aligned(fp8_out, 8) &&
+         Aligned(fp8_out_t, 8) && Fp8TileBytes(C) <= size_t(MaxDynamicSmem());
+}
+
+cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd, const bf16* a,
+                                        const bf16* b, const bf16* weight, const bf16* bias, int N,
+                                        int C, uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
+                                        const float* scale, float* amax, unsigned long long* counts,
+                                        cudaStream_t s) {
+  if (!LayerNormFp8Fusable(residual, a, b, weight, bias, fp8_out, fp8_out_t, N, C)) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t smem = Fp8TileBytes(C);
+  static const cudaError_t attr_err = [] {
+    cudaError_t e = cudaFuncSetAttribute(
+        LayerNormFp8Kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxDynamicSmem());
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(LayerNormFp8Kernel<false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, MaxDynamicSmem());
+  }();
+  if (attr_err != cudaSuccess) return attr_err;
+  const int blocks = CeilDiv(N, kFp8Rows);
+  if (residual != nullptr) {
+    LayerNormFp8Kernel<true>
+        <<<blocks, kFp8Threads, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, weight, bias, N,
+                                           C, residual, a, b, e4m3, scale, amax, counts);
+  } else {
+    LayerNormFp8Kernel<false>
+        <<<blocks, kFp8Threads, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, a, weight, bias, N, C,
+                                           nullptr, nullptr, nullptr, e4m3, scale, amax, counts);
+  }
   return cudaGetLastError();
 }
 

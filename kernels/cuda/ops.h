@@ -71,6 +71,20 @@ cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* in
 cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
                                      const bf16* a, const bf16* b, const bf16* weight,
                                      const bf16* bias, int N, int C, cudaStream_t s);
+// Backend::ResidualLayerNormFp8Forward without the BF16 output: residual null -> y =
+// LayerNorm(a), else residual = a + b and y = LayerNorm(residual); fp8_out [N, C] and
+// fp8_out_t [C, N] (either may be null) = CastFp8(y) with its statistics, bit-identical to
+// the unfused kernels. Only when LayerNormFp8Fusable (N, C multiples of 8, 16-byte-aligned
+// BF16 operands, 8-byte-aligned FP8 outputs, a 32-row FP8 tile of C columns fits in shared
+// memory); otherwise cudaErrorInvalidValue without launching.
+bool LayerNormFp8Fusable(const void* residual, const void* a, const void* b, const void* weight,
+                         const void* bias, const void* fp8_out, const void* fp8_out_t, int N,
+                         int C);
+cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd, const bf16* a,
+                                        const bf16* b, const bf16* weight, const bf16* bias, int N,
+                                        int C, uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
+                                        const float* scale, float* amax, unsigned long long* counts,
+                                        cudaStream_t s);
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);

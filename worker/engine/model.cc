@@ -298,8 +298,11 @@ void Model::ForwardImpl(int B, int T) {
   // after the last layer); only layer 0's ln_1 stands alone.
   // (Create() requires at least one layer.)
   LayerActs& first = act_.layers[0];
-  be.LayerNormForward(first.ln1, first.ln1_mean, first.ln1_rstd, residual,
-                      P(TensorKind::kLn1Weight, 0), P(TensorKind::kLn1Bias, 0), N, C);
+  // ln_1 and ln_2 go through LayerNormBeforeLinear (FP8 training: they write their Linear's
+  // FP8 input directly); ln_f stays in the compute dtype (the LM head is not FP8).
+  LayerNormBeforeLinear(0, Fp8Linear::kQkv, nullptr, first.ln1, first.ln1_mean, first.ln1_rstd,
+                        residual, nullptr, P(TensorKind::kLn1Weight, 0),
+                        P(TensorKind::kLn1Bias, 0), N, C);
   for (int l = 0; l < c.layers; ++l) {
     LayerActs& la = act_.layers[l];
     Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
@@ -308,18 +311,19 @@ void Model::ForwardImpl(int B, int T) {
     Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
            P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
            Epilogue::kNone);
-    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
-                                act_.scratch, P(TensorKind::kLn2Weight, l),
-                                P(TensorKind::kLn2Bias, l), N, C);
+    LayerNormBeforeLinear(l, Fp8Linear::kFc1, la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd,
+                          residual, act_.scratch, P(TensorKind::kLn2Weight, l),
+                          P(TensorKind::kLn2Bias, l), N, C);
     Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
            P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
     Linear(l, Fp8Linear::kFc2, act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
            P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
     if (l + 1 < c.layers) {
       LayerActs& next = act_.layers[l + 1];
-      be.ResidualLayerNormForward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
-                                  la.residual2, act_.scratch, P(TensorKind::kLn1Weight, l + 1),
-                                  P(TensorKind::kLn1Bias, l + 1), N, C);
+      LayerNormBeforeLinear(l + 1, Fp8Linear::kQkv, la.residual3, next.ln1, next.ln1_mean,
+                            next.ln1_rstd, la.residual2, act_.scratch,
+                            P(TensorKind::kLn1Weight, l + 1), P(TensorKind::kLn1Bias, l + 1), N,
+                            C);
     } else {
       be.ResidualLayerNormForward(la.residual3, act_.lnf, act_.lnf_mean, act_.lnf_rstd,
                                   la.residual2, act_.scratch, P(TensorKind::kLnfWeight),

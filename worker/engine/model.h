@@ -272,6 +272,15 @@ class Model {
                       const void* pre_gelu, const void* inp, const void* weight, int N, int C,
                       int OC);
   absl::Status AllocateFp8();
+  // The LayerNorm before Linear t of `layer` (residual null: LayerNorm(a); else residual =
+  // a + b first), the contracts of Backend::LayerNormForward/ResidualLayerNormForward. In an
+  // FP8 training forward without recompute (LayerNorm output read only by that Linear's cast)
+  // it writes the Linear's FP8 input and saved transpose directly
+  // (Backend::ResidualLayerNormFp8Forward, the cast's statistics recorded once) and the Linear
+  // skips its input cast; out's contents are then unspecified. Else the plain LayerNorm.
+  void LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* out, float* mean,
+                             float* rstd, const void* a, const void* b, const void* weight,
+                             const void* bias, int N, int C);
 
   kernels::Backend* backend_;
   ModelOptions options_;
@@ -323,6 +332,8 @@ class Model {
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
+  // The Linear (layer * kLinears + t) whose FP8 input its LayerNorm has written; -1: none.
+  int fp8_input_cast_by_ln_ = -1;
   // Where a recomputed cast's amax and counters go (nobody reads them): float, then
   // kFp8CountersPerTensor uint64 at byte 8.
   uint8_t* fp8_discard_ = nullptr;

@@ -93,11 +93,14 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in),
                reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
+  } else if (fp8_input_cast_by_ln_ == layer * Fp8State::kLinears + static_cast<int>(t)) {
+    // LayerNormBeforeLinear wrote fp8_input_ and input_t and recorded the cast.
   } else {
     // b.input_t is null where the backward recomputes the transpose.
     be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
+  fp8_input_cast_by_ln_ = -1;
   // The weights do not change between a forward and its backward: a recompute finds them
   // cast already. (b.weight_t is null unless fp8_keep_transposes: the backward casts it.)
   if (b.weight_version != fp8_weight_version_) {
@@ -112,6 +115,28 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     be.MatmulFp8(out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias, N,
                  OC, C, /*accumulate=*/false, /*fast_accum=*/true);
   }
+}
+
+void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* out, float* mean,
+                                  float* rstd, const void* a, const void* b, const void* weight,
+                                  const void* bias, int N, int C) {
+  kernels::Backend& be = *backend_;
+  if (fp8_ == nullptr || !fp8_training_forward_ || options_.recompute != Recompute::kNone) {
+    if (residual != nullptr) {
+      be.ResidualLayerNormForward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+    } else {
+      be.LayerNormForward(out, mean, rstd, a, weight, bias, N, C);
+    }
+    return;
+  }
+  Fp8State& s = *fp8_;
+  const int linear = layer * Fp8State::kLinears + static_cast<int>(t);
+  const int in = s.Index(layer, t, Fp8Role::kInput);
+  be.ResidualLayerNormFp8Forward(residual, out, mean, rstd, a, b, weight, bias, N, C, fp8_input_,
+                                 fp8_linears_[static_cast<size_t>(linear)].input_t,
+                                 s.Format(Fp8Role::kInput), s.scale(in), s.amax(in), s.counts(in));
+  s.AddElements(in, static_cast<int64_t>(N) * C);
+  fp8_input_cast_by_ln_ = linear;
 }
 
 void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias,
