@@ -171,6 +171,9 @@ class Model {
   // EnqueueFp8ScaleUpdate() with a finite gradient norm (the update is not enqueued again).
   // A replayed step that was skipped ends with Fp8EndStep(/*apply=*/false, stats).
   absl::Status Fp8EndReplayedStep(std::vector<Fp8TensorStat>* stats);
+  // Marks the FP8 weight copies stale, so the next training forward casts them: after a
+  // recording that will not run (a failed capture recorded the casts without doing them).
+  void InvalidateFp8Weights() { ++fp8_weight_version_; }
   // Null unless options.fp8.enabled.
   Fp8State* fp8_state() const { return fp8_.get(); }
 

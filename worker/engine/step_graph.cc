@@ -131,6 +131,7 @@ absl::Status StepGraph::Capture(int64_t step) {
     }
   }
   if (!failed.ok()) {
+    m.InvalidateFp8Weights();  // the recorded weight casts never ran
     if (options_.mode == "on") {
       return absl::Status(failed.code(), absl::StrCat("step ", step,
                                                       ": training.cuda_graph: on, but capturing "

@@ -388,6 +388,23 @@ TEST_P(Fp8SkipReplayTest, NonFiniteReplayedStepIsSkippedAndTrainingGoesOn) {
 
 INSTANTIATE_TEST_SUITE_P(Accum, Fp8SkipReplayTest, ::testing::Values(1, 3));
 
+TEST(StepGraphTest, Fp8FailedCaptureRunsEagerlyLikeEager) {
+  // A failed capture recorded weight casts that never ran: the eager steps after it must cast
+  // the weights again (with accum 3 the failed first-micro-batch recording is the last one).
+  for (int accum : {1, 3}) {
+    RecordingBackend eager_be, auto_be;
+    auto_be.set_fail_captures(true);
+    absl::StatusOr<StepRun> eager = TrainSteps(&eager_be, Fp8Options(accum), "off", 5);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    absl::StatusOr<StepRun> fallback = TrainSteps(&auto_be, Fp8Options(accum), "auto", 5);
+    ASSERT_TRUE(fallback.ok()) << fallback.status();
+    EXPECT_EQ(fallback->graphed, std::vector<bool>(5, false));
+    EXPECT_EQ(FirstBitDifference(eager->losses, fallback->losses), -1) << accum;
+    EXPECT_EQ(FirstBitDifference(eager->params, fallback->params), -1) << accum;
+    ExpectSameFp8Stats(*eager, *fallback);
+  }
+}
+
 TEST(StepGraphTest, CpuBackendSkipFlags) {
   // The device-side skip of a replayed FP8 step, on the cpu backend: AdamWDeviceStep with
   // skip_non_finite and Fp8ScaleUpdate with a skip scalar change nothing when the norm is
