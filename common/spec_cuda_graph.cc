@@ -35,11 +35,9 @@ absl::Status ValidateCudaGraph(const v1::JobSpec& spec) {
                      "backend",
                      kHint));
   }
-  if (spec.precision() == "fp8") {
-    return Invalid(
-        absl::StrCat("on is not supported with precision fp8 (its weight casts and "
-                     "scaling bookkeeping run on the host between steps)",
-                     kHint));
+  if (spec.precision() == "fp8" && spec.fp8().emulate()) {
+    return Invalid(absl::StrCat(
+        "on needs the cuda backend, but fp8.emulate trains on the cpu backend's emulation", kHint));
   }
   if (spec.resources().workers() > 1) {
     return Invalid(

@@ -61,13 +61,20 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"training: {cuda_graph: on}\nprecision: fp32",
                   {},
                   "training.cuda_graph: on needs the cuda backend, but precision fp32"},
-        ErrorCase{"training: {cuda_graph: on}\nprecision: fp8",
+        ErrorCase{"training: {cuda_graph: on}\nprecision: fp8\nfp8: {emulate: true}",
                   {},
-                  "training.cuda_graph: on is not supported with precision fp8"},
+                  "training.cuda_graph: on needs the cuda backend, but fp8.emulate trains on the "
+                  "cpu backend"},
         ErrorCase{"training: {cuda_graph: on}\nresources: {workers: 2}",
                   {},
                   "training.cuda_graph: on is not supported with resources.workers 2"},
         ErrorCase{"{}", {"training.cuda_graph=yes"}, "training.cuda_graph: unknown mode 'yes'"}));
+
+TEST(SpecCudaGraphTest, OnAcceptsFp8OnTheCudaBackend) {
+  // FP8 steps replay from graphs too (worker/engine/step_graph.h).
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpec("training: {cuda_graph: on}\nprecision: fp8", {});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+}
 
 TEST(SpecCudaGraphTest, AutoAndOffAcceptEveryJob) {
   // auto quietly runs eagerly where graphs don't apply; off never needs anything.

@@ -172,8 +172,12 @@ class Backend {
   // beta1/beta2's bias corrections) into `step`, kAdamWStepFloats FP32 device elements; call it
   // outside a capture (recorded, it would bake the values in). AdamWDeviceStep is AdamW above
   // with lr and t taken from `step` and the same beta1 and beta2: bit-identical results.
+  // skip_non_finite: that AdamWDeviceStep leaves params, master and moments untouched when
+  // *norm_sq is inf or NaN (the device-side skip of an FP8 step replayed from a graph; the
+  // host reads the norm after it to count the skip).
   static constexpr int kAdamWStepFloats = 4;
-  virtual void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) = 0;
+  virtual void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                            bool skip_non_finite) = 0;
   virtual void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
                                const uint8_t* decay_mask, size_t n, const float* step, float beta1,
                                float beta2, float eps, float weight_decay, float grad_scale,
@@ -276,9 +280,13 @@ class Backend {
   // scale[i] and scale_inv[i * scale_inv_stride]. All FP32 device arrays; fp8_max[i] is tensor
   // i's format max. Bit-identical on every backend. (The stride lets every scale_inv sit on its
   // own aligned slot: cuBLASLt's FP8 GEMMs reject scale pointers that are only 4-byte aligned.)
+  // skip_if_non_finite: null, or a device FP32 scalar (the step's gradient sum of squares):
+  // when it is inf or NaN the update does nothing at all (scales and histories kept, the amaxes
+  // left for the caller to discard), as for a skipped step.
   virtual void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
                               float* history, float* amax, const float* fp8_max, int n,
-                              int history_len, bool use_history_max, int margin) = 0;
+                              int history_len, bool use_history_max, int margin,
+                              const float* skip_if_non_finite) = 0;
 
   // ---- graph capture (optional) -----------------------------------------------------------
   // Work recorded once and replayed as one launch (a CUDA graph): no per-op launch cost.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -274,9 +275,11 @@ void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m
 }
 
 template <typename S>
-void CpuBackend<S>::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) {
+void CpuBackend<S>::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                                 bool skip_non_finite) {
   step[0] = lr;
   std::memcpy(&step[1], &t, sizeof(t));
+  step[3] = skip_non_finite ? 1.0f : 0.0f;
 }
 
 template <typename S>
@@ -284,6 +287,7 @@ void CpuBackend<S>::AdamWDeviceStep(void* params, void* master, const void* grad
                                     const uint8_t* decay_mask, size_t n, const float* step,
                                     float beta1, float beta2, float eps, float weight_decay,
                                     float grad_scale, const float* norm_sq, float max_norm) {
+  if (step[3] != 0.0f && norm_sq != nullptr && !std::isfinite(*norm_sq)) return;  // skipped
   int t = 0;
   std::memcpy(&t, &step[1], sizeof(t));
   AdamW(params, master, grads, m, v, decay_mask, n, step[0], beta1, beta2, eps, weight_decay, t,
@@ -347,7 +351,9 @@ void CpuBackend<S>::BiasBackward(void* dbias, const void* dout, int N, int OC) {
 template <typename S>
 void CpuBackend<S>::Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
                                    float* history, float* amax, const float* fp8_max, int n,
-                                   int history_len, bool use_history_max, int margin) {
+                                   int history_len, bool use_history_max, int margin,
+                                   const float* skip_if_non_finite) {
+  if (skip_if_non_finite != nullptr && !std::isfinite(*skip_if_non_finite)) return;  // skipped
   cpu::Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n, history_len,
                       use_history_max, margin);
 }

@@ -82,7 +82,8 @@ class CpuBackend final : public Backend {
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
   // "Device" memory is host memory: step holds lr and t (its bits) until AdamWDeviceStep.
-  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) override;
+  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                    bool skip_non_finite) override;
   void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
                        const uint8_t* decay_mask, size_t n, const float* step, float beta1,
                        float beta2, float eps, float weight_decay, float grad_scale,
@@ -100,7 +101,7 @@ class CpuBackend final : public Backend {
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
   void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                       float* amax, const float* fp8_max, int n, int history_len,
-                      bool use_history_max, int margin) override;
+                      bool use_history_max, int margin, const float* skip_if_non_finite) override;
 
  private:
   const int threads_;

@@ -3,7 +3,8 @@
 // sum of squares, so the step needs no host sync (and can live in a CUDA graph). The learning
 // rate and the bias corrections come either as arguments or, for a recorded step, from a device
 // array written before each replay (AdamWStepValues); both forms run the same kernel, so their
-// results are bit-identical.
+// results are bit-identical. The device-array form can also skip the whole update when the
+// gradient norm is not finite (an FP8 step replayed from a graph).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -30,6 +31,8 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= (kVec8 ? n / 8 : n)) return;
   if (step != nullptr) {
+    // step[3] != 0: a step whose gradients are not finite is skipped on the device (FP8).
+    if (step[3] != 0.f && norm_sq != nullptr && !isfinite(*norm_sq)) return;
     lr = step[0];
     bc1 = step[1];
     bc2 = step[2];
@@ -87,11 +90,11 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
   }
 }
 
-__global__ void SetStepKernel(float* step, float lr, float bc1, float bc2) {
+__global__ void SetStepKernel(float* step, float lr, float bc1, float bc2, float skip) {
   step[0] = lr;
   step[1] = bc1;
   step[2] = bc2;
-  step[3] = 0.f;
+  step[3] = skip;
 }
 
 // The bias corrections 1 - beta^t, computed on the host in FP32 for both forms.
@@ -103,10 +106,10 @@ void BiasCorrections(float beta1, float beta2, int t, float* bc1, float* bc2) {
 }  // namespace
 
 cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float beta2,
-                            cudaStream_t s) {
+                            bool skip_non_finite, cudaStream_t s) {
   float bc1, bc2;
   BiasCorrections(beta1, beta2, t, &bc1, &bc2);
-  SetStepKernel<<<1, 1, 0, s>>>(step, lr, bc1, bc2);
+  SetStepKernel<<<1, 1, 0, s>>>(step, lr, bc1, bc2, skip_non_finite ? 1.f : 0.f);
   return cudaGetLastError();
 }
 

@@ -471,9 +471,11 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
         "AdamW");
 }
 
-void CudaBackend::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) {
+void CudaBackend::SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                               bool skip_non_finite) {
   if (!Ok()) return;
-  Check(cuda::AdamWStepValues(step, lr, t, beta1, beta2, stream_), "AdamWStepValues");
+  Check(cuda::AdamWStepValues(step, lr, t, beta1, beta2, skip_non_finite, stream_),
+        "AdamWStepValues");
 }
 
 void CudaBackend::AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,

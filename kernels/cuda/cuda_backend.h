@@ -78,7 +78,8 @@ class CudaBackend final : public Backend {
              const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override;
-  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) override;
+  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                    bool skip_non_finite) override;
   void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
                        const uint8_t* decay_mask, size_t n, const float* step, float beta1,
                        float beta2, float eps, float weight_decay, float grad_scale,
@@ -122,7 +123,7 @@ class CudaBackend final : public Backend {
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
   void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                       float* amax, const float* fp8_max, int n, int history_len,
-                      bool use_history_max, int margin) override;
+                      bool use_history_max, int margin, const float* skip_if_non_finite) override;
   void EnableProfiling(bool on) override { profiling_ = on; }
   std::string ProfileReport() override;
   // Graph capture (cuda_graph.cc): stream capture in thread-local mode, so a forbidden call

@@ -174,11 +174,12 @@ void CudaBackend::BiasBackward(void* dbias, const void* dout, int N, int OC) {
 
 void CudaBackend::Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride,
                                  float* history, float* amax, const float* fp8_max, int n,
-                                 int history_len, bool use_history_max, int margin) {
+                                 int history_len, bool use_history_max, int margin,
+                                 const float* skip_if_non_finite) {
   if (!Ok()) return;
   ProfileScope profile(this, "Fp8ScaleUpdate");
   Check(cuda::Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n,
-                             history_len, use_history_max, margin, stream_),
+                             history_len, use_history_max, margin, skip_if_non_finite, stream_),
         "Fp8ScaleUpdate");
 }
 

@@ -302,8 +302,11 @@ bool Aligned(const void* p, uintptr_t bytes) {
 
 __global__ void Fp8ScaleUpdateKernel(float* scale, float* scale_inv, int scale_inv_stride,
                                      float* history, float* amax, const float* fp8_max, int n,
-                                     int len, bool use_history_max, int margin) {
+                                     int len, bool use_history_max, int margin,
+                                     const float* skip_if_non_finite) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  // A skipped step: scales and histories stay, the amaxes are the caller's to discard.
+  if (skip_if_non_finite != nullptr && !isfinite(*skip_if_non_finite)) return;
   if (i < n)
     Fp8UpdateOne(i, scale, scale_inv, scale_inv_stride, history, amax, fp8_max, len,
                  use_history_max, margin);
@@ -385,11 +388,12 @@ cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf
 
 cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                            float* amax, const float* fp8_max, int n, int history_len,
-                           bool use_history_max, int margin, cudaStream_t s) {
+                           bool use_history_max, int margin, const float* skip_if_non_finite,
+                           cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   Fp8ScaleUpdateKernel<<<CeilDiv(n, 128), 128, 0, s>>>(scale, scale_inv, scale_inv_stride, history,
                                                        amax, fp8_max, n, history_len,
-                                                       use_history_max, margin);
+                                                       use_history_max, margin, skip_if_non_finite);
   return cudaGetLastError();
 }
 

@@ -32,7 +32,8 @@ cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* dout,
 
 cudaError_t Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                            float* amax, const float* fp8_max, int n, int history_len,
-                           bool use_history_max, int margin, cudaStream_t s);
+                           bool use_history_max, int margin, const float* skip_if_non_finite,
+                           cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 

@@ -432,7 +432,7 @@ TEST_F(CudaFp8Test, ScaleUpdateIsBitIdenticalToCpu) {
       float* dm = Upload(fp8_max);
       // Two rounds, so the rolled histories feed the second.
       for (int round = 0; round < 2; ++round) {
-        gpu_->Fp8ScaleUpdate(ds, dsi, 1, dh, da, dm, n, H, use_max, margin);
+        gpu_->Fp8ScaleUpdate(ds, dsi, 1, dh, da, dm, n, H, use_max, margin, nullptr);
         cpu::Fp8ScaleUpdate(scale.data(), scale_inv.data(), 1, hist.data(), amax.data(),
                             fp8_max.data(), n, H, use_max, margin);
         gpu_->CopyFromHost(da, amaxes.data(), n * sizeof(float));

@@ -111,8 +111,11 @@ cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, floa
                   const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
                   float max_norm, const float* step, cudaStream_t s);
-// Writes lr and t's bias corrections into step[Backend::kAdamWStepFloats] (one tiny kernel).
-cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float beta2, cudaStream_t s);
+// Writes lr and t's bias corrections into step[Backend::kAdamWStepFloats] (one tiny kernel);
+// skip_non_finite: AdamW with this step array then leaves everything untouched when *norm_sq is
+// inf or NaN.
+cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float beta2,
+                            bool skip_non_finite, cudaStream_t s);
 
 // ---- attention_fwd.cu, attention_bwd.cu ---- causal flash attention, head size 64 or 128,
 // 1 <= T <= kMaxAttentionT (tiles of 64 rows index grid dimension y). qkv, out, dout and dqkv

@@ -94,9 +94,10 @@ absl::StatusOr<std::unique_ptr<Fp8State>> Fp8State::Create(kernels::Backend* bac
   return s;
 }
 
-void Fp8State::UpdateScales() {
+void Fp8State::UpdateScales(const float* skip_if_non_finite) {
   backend_->Fp8ScaleUpdate(scale_, scale_inv_, kScaleInvStride, history_, amax_, fp8_max_, n_,
-                           options_.amax_history_len, options_.use_history_max, options_.margin);
+                           options_.amax_history_len, options_.use_history_max, options_.margin,
+                           skip_if_non_finite);
 }
 
 absl::StatusOr<std::vector<Fp8TensorStat>> Fp8State::ReadStats() {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -90,10 +91,22 @@ class Fp8State {
   }
   // Host tally of the elements cast into tensor i this step (for the ratios).
   void AddElements(int i, int64_t n) { elements_[i] += n; }
+  // Every tensor's tally so far this step (num_tensors() entries). A CUDA graph records its
+  // casts' tallies once (StepGraph takes what a recording added, puts the tallies back as they
+  // were, and adds the recorded ones at each replay: AddElements below).
+  const std::vector<int64_t>& elements() const { return elements_; }
+  void set_elements(std::vector<int64_t> elements) { elements_ = std::move(elements); }
+  // Adds per_tensor[i] to tensor i's tally. REQUIRES: num_tensors() entries.
+  void AddElements(const std::vector<int64_t>& per_tensor) {
+    for (size_t i = 0; i < elements_.size(); ++i) elements_[i] += per_tensor[i];
+  }
 
   // Enqueues the fused delayed-scaling update of every tensor (rolls the step's amaxes into
-  // the histories and zeroes them).
-  void UpdateScales();
+  // the histories and zeroes them). skip_if_non_finite: null, or a device scalar (the step's
+  // gradient sum of squares) that, when inf or NaN, makes the update do nothing: scales and
+  // histories kept, the step's amaxes left for ResetStep(/*discard_amax=*/true) (a step
+  // replayed from a CUDA graph decides to skip on the device).
+  void UpdateScales(const float* skip_if_non_finite);
   // Reads every tensor's statistics (synchronises with the backend).
   absl::StatusOr<std::vector<Fp8TensorStat>> ReadStats();
   // Starts the next step's statistics: zeroes the counters and element tallies; with

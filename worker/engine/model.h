@@ -133,8 +133,10 @@ class Model {
   // graph (step_graph.h) records EnqueueTrainingForward(), EnqueueBackward() and
   // EnqueueOptimizerStep() once and replays them, calling UploadBatch() and SetOptimizerStep()
   // before and ReadLoss() and ReadGradNorm() after each replay. The Enqueue* calls neither
-  // synchronise nor allocate; recording them is valid without FP8 (whose weight casts are
-  // host-side bookkeeping) and without on_bucket_ready.
+  // synchronise nor allocate; recording them is valid without on_bucket_ready. FP8: a recorded
+  // forward casts the weights if they are stale when it is recorded (so the recording of an
+  // optimizer step's first micro-batch casts them and a later one doesn't), and the casts'
+  // element tallies are host-side (Fp8State::elements(): StepGraph replays them).
   //
   // Validates one training micro-batch (as Forward()) and copies it into the model's token
   // buffers (synchronises). Invalidates a pending Backward().
@@ -146,10 +148,16 @@ class Model {
   void EnqueueBackward();
   // Enqueues writing lr and t (1-based) where the next EnqueueOptimizerStep()'s AdamW reads
   // them when it runs. Not to be recorded. RESOURCE_EXHAUSTED: its buffer's first allocation.
+  // FP8: that AdamW also skips itself when the gradient norm is not finite (the eager loop
+  // never runs it then; a replayed step relies on it).
   absl::Status SetOptimizerStep(float lr, int t);
   // Enqueues the gradient norm and one AdamW step (as OptimizerStep(), lr and t from the last
   // SetOptimizerStep() as of when it runs). REQUIRES: SetOptimizerStep() was called once.
   void EnqueueOptimizerStep();
+  // FP8 only, after EnqueueOptimizerStep(): enqueues the delayed-scaling update, done on the
+  // device only when that step's gradient norm is finite (else the step's amaxes stay, for
+  // Fp8EndStep(/*apply=*/false, ...) to discard, and the scales stay as they were).
+  void EnqueueFp8ScaleUpdate();
   // Synchronises; the mean loss of the last training forward.
   absl::StatusOr<double> ReadLoss();
   // Synchronises; the gradient norm (before clipping) of the last optimizer step.
@@ -165,6 +173,13 @@ class Model {
   // skipped step (its amaxes are discarded). With `stats` non-null, reads every FP8 tensor's
   // statistics (synchronises). Then starts the next step's counters.
   absl::Status Fp8EndStep(bool apply, std::vector<Fp8TensorStat>* stats);
+  // Fp8EndStep(/*apply=*/true, stats) for a step replayed from a graph that ran
+  // EnqueueFp8ScaleUpdate() with a finite gradient norm (the update is not enqueued again).
+  // A replayed step that was skipped ends with Fp8EndStep(/*apply=*/false, stats).
+  absl::Status Fp8EndReplayedStep(std::vector<Fp8TensorStat>* stats);
+  // Marks the FP8 weight copies stale, so the next training forward casts them: after a
+  // recording that will not run (a failed capture recorded the casts without doing them).
+  void InvalidateFp8Weights() { ++fp8_weight_version_; }
   // Null unless options.fp8.enabled.
   Fp8State* fp8_state() const { return fp8_.get(); }
 

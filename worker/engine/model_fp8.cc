@@ -198,7 +198,7 @@ absl::Status Model::Fp8EndStep(bool apply, std::vector<Fp8TensorStat>* stats) {
   if (fp8_ == nullptr) {
     return absl::FailedPreconditionError("Fp8EndStep: the model does not train in FP8");
   }
-  if (apply) fp8_->UpdateScales();
+  if (apply) fp8_->UpdateScales(/*skip_if_non_finite=*/nullptr);
   if (stats != nullptr) {
     absl::StatusOr<std::vector<Fp8TensorStat>> read = fp8_->ReadStats();
     if (!read.ok()) return read.status();

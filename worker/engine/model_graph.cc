@@ -3,6 +3,7 @@
 // (Forward, Backward and OptimizerStep are built from these): both enqueue the same kernels
 // with the same arguments, so their results are bit-identical.
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,7 +63,7 @@ absl::Status Model::SetOptimizerStep(float lr, int t) {
     adamw_step_ = static_cast<float*>(*p);
   }
   const AdamWConfig& a = options_.adamw;
-  backend_->SetAdamWStep(adamw_step_, lr, t, a.beta1, a.beta2);
+  backend_->SetAdamWStep(adamw_step_, lr, t, a.beta1, a.beta2, /*skip_non_finite=*/fp8_ != nullptr);
   return absl::OkStatus();
 }
 
@@ -80,6 +81,24 @@ void Model::EnqueueOptimizerStep() {
                               a.grad_clip);
   }
   ++fp8_weight_version_;  // the FP8 weight copies are stale now
+}
+
+void Model::EnqueueFp8ScaleUpdate() {
+  if (fp8_ != nullptr) fp8_->UpdateScales(/*skip_if_non_finite=*/act_.norm_sq);
+}
+
+absl::Status Model::Fp8EndReplayedStep(std::vector<Fp8TensorStat>* stats) {
+  if (fp8_ == nullptr) {
+    return absl::FailedPreconditionError("Fp8EndReplayedStep: the model does not train in FP8");
+  }
+  if (stats != nullptr) {
+    absl::StatusOr<std::vector<Fp8TensorStat>> read = fp8_->ReadStats();
+    if (!read.ok()) return read.status();
+    *stats = std::move(*read);
+  }
+  fp8_->ResetStep(/*discard_amax=*/false);  // the recorded update zeroed them already
+  ++fp8_weight_version_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> Model::ReadGradNorm() {

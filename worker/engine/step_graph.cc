@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,8 +24,6 @@ absl::StatusOr<std::unique_ptr<StepGraph>> StepGraph::Create(kernels::Backend* b
   std::string reason;
   if (mode == "off") {
     reason = "training.cuda_graph is off";
-  } else if (options.fp8) {
-    reason = "precision fp8 (its weight casts and scaling bookkeeping run on the host)";
   } else if (options.data_parallel) {
     reason = "data parallelism (the gradient all-reduce runs on its own stream, per bucket)";
   } else if (options.profiling) {
@@ -57,22 +56,45 @@ absl::StatusOr<std::unique_ptr<StepGraph>> StepGraph::Create(kernels::Backend* b
 StepGraph::~StepGraph() = default;
 
 absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> StepGraph::Record(
-    const std::function<void()>& enqueue) {
+    const std::function<void()>& enqueue, std::vector<int64_t>* tallies) {
+  Fp8State* fp8 = model_->fp8_state();
+  std::vector<int64_t> before;
+  if (fp8 != nullptr) before = fp8->elements();
   if (absl::Status s = backend_->BeginCapture(); !s.ok()) return s;
   enqueue();
-  return backend_->EndCapture();
+  absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = backend_->EndCapture();
+  tallies->clear();
+  if (fp8 != nullptr) {
+    const std::vector<int64_t>& after = fp8->elements();
+    tallies->resize(after.size());
+    for (size_t i = 0; i < after.size(); ++i) (*tallies)[i] = after[i] - before[i];
+    fp8->set_elements(std::move(before));
+  }
+  return g;
+}
+
+void StepGraph::Replay(const kernels::Backend::Graph& graph, const std::vector<int64_t>& tallies) {
+  backend_->Replay(graph);
+  if (Fp8State* fp8 = model_->fp8_state(); fp8 != nullptr) fp8->AddElements(tallies);
 }
 
 absl::Status StepGraph::Capture(int64_t step) {
   Model& m = *model_;
   absl::Status failed;
   std::string sizes;
+  const bool fp8 = m.fp8_state() != nullptr;
+  auto optimizer = [&m] {
+    m.EnqueueOptimizerStep();
+    m.EnqueueFp8ScaleUpdate();  // FP8 only
+  };
   if (options_.grad_accum_steps == 1) {
-    absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = Record([&m] {
-      m.EnqueueTrainingForward();
-      m.EnqueueBackward();
-      m.EnqueueOptimizerStep();
-    });
+    absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = Record(
+        [&m, &optimizer] {
+          m.EnqueueTrainingForward();
+          m.EnqueueBackward();
+          optimizer();
+        },
+        &step_tallies_);
     if (g.ok()) {
       step_ = *std::move(g);
       sizes = absl::StrCat("one graph of ", step_->num_nodes(), " nodes");
@@ -80,23 +102,36 @@ absl::Status StepGraph::Capture(int64_t step) {
       failed = g.status();
     }
   } else {
-    absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> micro = Record([&m] {
+    auto micro_step = [&m] {
       m.EnqueueTrainingForward();
       m.EnqueueBackward();
-    });
+    };
+    // FP8: the weights are stale at the start of a step, so the first recording casts them
+    // and the second (the other micro-batches') finds them cast.
+    using GraphOr = absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>>;
+    GraphOr first = fp8 ? Record(micro_step, &first_micro_tallies_)
+                        : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
+    absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> micro =
+        first.ok() ? Record(micro_step, &micro_tallies_) : first.status();
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> opt =
-        micro.ok() ? Record([&m] { m.EnqueueOptimizerStep(); }) : micro.status();
-    if (micro.ok() && opt.ok()) {
+        micro.ok() ? Record(optimizer, &optimizer_tallies_) : micro.status();
+    if (opt.ok()) {
+      first_micro_ = *std::move(first);
       micro_ = *std::move(micro);
       optimizer_ = *std::move(opt);
-      sizes = absl::StrCat("a micro-step graph of ", micro_->num_nodes(), " nodes replayed ",
-                           options_.grad_accum_steps, " times and an optimizer graph of ",
-                           optimizer_->num_nodes(), " nodes");
+      sizes = fp8 ? absl::StrCat("a first-micro-batch graph of ", first_micro_->num_nodes(),
+                                 " nodes with the FP8 weight casts, a micro-step graph of ",
+                                 micro_->num_nodes(), " nodes replayed ",
+                                 options_.grad_accum_steps - 1, " times")
+                  : absl::StrCat("a micro-step graph of ", micro_->num_nodes(), " nodes replayed ",
+                                 options_.grad_accum_steps, " times");
+      absl::StrAppend(&sizes, " and an optimizer graph of ", optimizer_->num_nodes(), " nodes");
     } else {
-      failed = micro.ok() ? opt.status() : micro.status();
+      failed = opt.status();
     }
   }
   if (!failed.ok()) {
+    m.InvalidateFp8Weights();  // the recorded weight casts never ran
     if (options_.mode == "on") {
       return absl::Status(failed.code(), absl::StrCat("step ", step,
                                                       ": training.cuda_graph: on, but capturing "
@@ -128,25 +163,53 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
   // Per-step values go to device memory before the launch: the graph reads them there.
   if (absl::Status s = m.SetOptimizerStep(lr, t); !s.ok()) return s;
   const int accum = options_.grad_accum_steps;
+  const bool fp8 = m.fp8_state() != nullptr;
   Result r{0.0, 0.0f};
+  bool loss_finite = true;
   for (int micro = 0; micro < accum; ++micro) {
     const Batch b = batch(micro);
     if (absl::Status s = m.UploadBatch(b.inputs, b.targets); !s.ok()) return s;
-    backend_->Replay(accum == 1 ? *step_ : *micro_);
+    if (accum == 1) {
+      Replay(*step_, step_tallies_);
+    } else if (micro == 0 && first_micro_ != nullptr) {
+      Replay(*first_micro_, first_micro_tallies_);
+    } else {
+      Replay(*micro_, micro_tallies_);
+    }
     absl::StatusOr<double> l = m.ReadLoss();
     if (!l.ok()) return l.status();
     if (!std::isfinite(*l)) {
-      return absl::InternalError(
-          absl::StrCat("step ", step, ": loss is ", *l,
-                       " (training diverged; try a lower training.lr or training.grad_clip)"));
+      if (!fp8) {
+        return absl::InternalError(
+            absl::StrCat("step ", step, ": loss is ", *l,
+                         " (training diverged; try a lower training.lr or training.grad_clip)"));
+      }
+      // FP8: the step is skipped (as the eager loop, which stops at this micro-batch).
+      r.loss = *l;
+      loss_finite = false;
+      break;
     }
     r.loss += *l / accum;
   }
-  if (accum > 1) backend_->Replay(*optimizer_);
+  ++replayed_;
+  if (!loss_finite && accum > 1) {
+    r.grad_norm = std::nanf("");
+    r.applied = false;
+    return r;
+  }
+  if (accum > 1) Replay(*optimizer_, optimizer_tallies_);
   absl::StatusOr<float> norm = m.ReadGradNorm();
   if (!norm.ok()) return norm.status();
   r.grad_norm = *norm;
-  ++replayed_;
+  if (fp8) {
+    // The device skipped AdamW and the scale update exactly when the norm is not finite.
+    r.applied = std::isfinite(*norm);
+    if (!loss_finite && r.applied) {
+      return absl::InternalError(absl::StrCat(
+          "step ", step, ": loss is ", r.loss, " but the gradient norm is finite (", *norm,
+          "): the replayed step applied an update the eager step would have skipped"));
+    }
+  }
   return r;
 }
 

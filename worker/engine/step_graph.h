@@ -10,9 +10,22 @@
 // and an optimizer graph once per step. Zeroing the gradients stays with the caller
 // (Model::ZeroGrad, one memset).
 //
+// FP8 (precision fp8): the graphs also hold the casts and, after AdamW, the delayed-scaling
+// update. The weights are cast once per optimizer step: with grad_accum_steps 1 in the one
+// graph, with more in a first-micro-batch graph (the micro-step graph with the weight casts)
+// replayed for micro-batch 0 and the micro-step graph without them for the others. A
+// non-finite step is skipped on the device: AdamW and the scale update read the gradient's sum
+// of squares and leave parameters, optimizer state, scales and histories untouched when it is
+// inf or NaN; Run reports the step as not applied and the caller does the host bookkeeping
+// (Model::Fp8EndStep(apply=false): the amaxes discarded; skip counters; the statistics naming
+// the tensor that overflowed). The host-side element tallies of the casts (for the saturation
+// ratios) are taken from each recording and added at each replay. With grad_accum_steps > 1 a
+// micro-batch whose loss is not finite ends the step there (as the eager loop: the optimizer
+// graph is not replayed).
+//
 // Where graphs don't apply the step runs eagerly (Run returns nullopt): mode "off"; a backend
-// without capture (cpu); FP8 (its weight casts and scale bookkeeping live on the host);
-// data parallelism (the gradient all-reduce runs on its own stream and the host, per bucket);
+// without capture (cpu); data parallelism (the gradient all-reduce runs on its own stream and
+// the host, per bucket);
 // per-kernel profiling (its events). Mode "on" makes any of these an error instead, and mode
 // "auto" also falls back to eager steps when the capture itself fails (with a notice).
 //
@@ -25,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,7 +54,6 @@ struct StepGraphOptions {
   std::string mode = "auto";
   int grad_accum_steps = 1;
   // Conditions that rule graphs out (see above).
-  bool fp8 = false;
   bool data_parallel = false;
   bool profiling = false;
   // Eager steps before the capture: the first calls of each GEMM shape pick (and, unless
@@ -53,8 +66,14 @@ struct StepGraphOptions {
 class StepGraph {
  public:
   struct Result {
-    double loss;      // mean over the micro-batches, as the eager loop computes it
-    float grad_norm;  // before clipping
+    double loss;      // mean over the micro-batches, as the eager loop computes it; for a
+                      // skipped FP8 step the first non-finite micro-batch loss
+    float grad_norm;  // before clipping (NaN when a micro-batch's loss ended the step)
+    // false: an FP8 step skipped for a non-finite loss or gradient norm. Nothing was updated;
+    // the step's amaxes and counters are still in the model's Fp8State (for
+    // Model::Fp8EndStep(/*apply=*/false, ...)). true: updated as the eager step would (for FP8
+    // end it with Model::Fp8EndReplayedStep).
+    bool applied = true;
   };
 
   // INVALID_ARGUMENT: an unknown mode (names training.cuda_graph). FAILED_PRECONDITION: mode
@@ -74,10 +93,13 @@ class StepGraph {
   // `t`, over the micro-batches batch(0 .. grad_accum_steps-1). nullopt: the caller runs this
   // step eagerly (graphs off, or one of the first eager_steps calls). Otherwise the step ran
   // from graphs: parameters and optimizer state are updated as the eager step would.
-  // REQUIRES: the gradients are zero (Model::ZeroGrad) when a step starts.
-  // Errors: INTERNAL when a micro-batch's loss is not finite (as the eager loop; the step's
-  // update has then been applied, and the job fails); a failed capture in mode "on"; the
-  // backend's errors.
+  // `t` is the AdamW step (not advanced by the caller over skipped steps).
+  // REQUIRES: the gradients are zero (Model::ZeroGrad) when a step starts; FP8: the previous
+  // step was ended (Model::Fp8EndStep or Fp8EndReplayedStep).
+  // Errors: INTERNAL when a micro-batch's loss is not finite without FP8 (as the eager loop;
+  // the step's update has then been applied, and the job fails), or with FP8 when the loss is
+  // not finite but the gradient norm is (the device applied the update the eager loop would
+  // have skipped); a failed capture in mode "on"; the backend's errors.
   absl::StatusOr<std::optional<Result>> Run(int64_t step, float lr, int t,
                                             const std::function<Batch(int micro)>& batch);
 
@@ -89,8 +111,12 @@ class StepGraph {
   }
   // Records the graphs; on failure in mode "auto" turns graphs off (and returns OK).
   absl::Status Capture(int64_t step);
+  // Records `enqueue`; with FP8 also takes the element tallies it added into *tallies (and
+  // puts the model's tallies back: nothing ran).
   absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> Record(
-      const std::function<void()>& enqueue);
+      const std::function<void()>& enqueue, std::vector<int64_t>* tallies);
+  // Replays `graph` and adds its recorded element tallies.
+  void Replay(const kernels::Backend::Graph& graph, const std::vector<int64_t>& tallies);
 
   kernels::Backend* backend_;
   Model* model_;
@@ -99,8 +125,10 @@ class StepGraph {
   std::string reason_;
   int eager_steps_done_ = 0;
   int64_t replayed_ = 0;
-  // accum 1: step_ only; accum > 1: micro_ and optimizer_.
-  std::unique_ptr<kernels::Backend::Graph> step_, micro_, optimizer_;
+  // accum 1: step_ only; accum > 1: micro_ and optimizer_, and with FP8 first_micro_ (micro_
+  // with the weight casts, for micro-batch 0). Each with the FP8 element tallies it adds.
+  std::unique_ptr<kernels::Backend::Graph> step_, micro_, first_micro_, optimizer_;
+  std::vector<int64_t> step_tallies_, micro_tallies_, first_micro_tallies_, optimizer_tallies_;
 };
 
 }  // namespace boulder::engine

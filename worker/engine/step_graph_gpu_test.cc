@@ -2,6 +2,7 @@
 // training.deterministic the replayed steps run the same kernels as the eager ones, so losses,
 // gradient norms and parameters must be bit-identical; a warmup + cosine schedule changes the
 // learning rate at every step, so a value baked into the graph would show. Skips without a GPU.
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -10,10 +11,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "worker/engine/fp8_state.h"
 #include "worker/engine/rng.h"
 #include "worker/engine/step_graph.h"
 #include "worker/engine/step_graph_testing.h"
@@ -77,6 +80,104 @@ TEST_P(GpuReplayTest, DeterministicReplayIsBitIdenticalToEager) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Accum, GpuReplayTest, ::testing::Values(1, 2));
+
+// FP8 replayed from graphs (casts, FP8 GEMMs, the device-side skip and scale update in the
+// graph): bit-identical to the eager FP8 steps with training.deterministic, scales included.
+std::unique_ptr<kernels::Backend> Fp8Gpu() {
+  std::unique_ptr<kernels::Backend> be = Gpu(true);
+  if (be != nullptr && !be->Fp8Supported().ok()) return nullptr;
+  return be;
+}
+
+ModelOptions GpuFp8Options(int accum) {
+  ModelOptions o = GpuOptions(accum);
+  o.fp8.enabled = true;
+  return o;
+}
+
+// Every tensor's statistics of every step, bit for bit (skipped_step: 1-based step the eager
+// loop stopped at its non-finite loss; the graph also ran that micro-batch's backward, so its
+// gradient tensors' statistics are compared by scale only).
+void ExpectSameFp8Stats(const StepRun& eager, const StepRun& graph, int skipped_step = 0) {
+  ASSERT_EQ(eager.fp8_stats.size(), graph.fp8_stats.size());
+  for (size_t s = 0; s < eager.fp8_stats.size(); ++s) {
+    ASSERT_EQ(eager.fp8_stats[s].size(), graph.fp8_stats[s].size());
+    for (size_t i = 0; i < eager.fp8_stats[s].size(); ++i) {
+      const Fp8TensorStat &a = eager.fp8_stats[s][i], &b = graph.fp8_stats[s][i];
+      const std::string where = absl::StrCat("step ", s + 1, " tensor ", i);
+      EXPECT_EQ(FirstBitDifference(std::vector<float>{a.scale}, std::vector<float>{b.scale}), -1)
+          << where << ": scale " << a.scale << " vs " << b.scale;
+      if (static_cast<int>(s) + 1 == skipped_step && a.role == Fp8Role::kGradOutput) continue;
+      EXPECT_EQ(FirstBitDifference(std::vector<float>{a.amax, a.amax_history_max},
+                                   std::vector<float>{b.amax, b.amax_history_max}),
+                -1)
+          << where << ": amax " << a.amax << " vs " << b.amax;
+      EXPECT_EQ(a.elements, b.elements) << where;
+      EXPECT_EQ(a.saturated_ratio, b.saturated_ratio) << where;
+      EXPECT_EQ(a.underflow_ratio, b.underflow_ratio) << where;
+      EXPECT_EQ(a.non_finite, b.non_finite) << where;
+    }
+  }
+}
+
+class GpuFp8ReplayTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuFp8ReplayTest, DeterministicReplayIsBitIdenticalToEager) {
+  std::unique_ptr<kernels::Backend> eager_be = Fp8Gpu(), graph_be = Fp8Gpu();
+  if (!eager_be) GTEST_SKIP() << "no CUDA device with FP8 (compute capability 8.9+)";
+  const int accum = GetParam(), steps = 7;
+  absl::StatusOr<StepRun> eager = TrainSteps(eager_be.get(), GpuFp8Options(accum), "off", steps);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(graph_be.get(), GpuFp8Options(accum), "on", steps);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(graph->graphed, std::vector<bool>({false, false, true, true, true, true, true}));
+  EXPECT_EQ(graph->applied, std::vector<bool>(steps, true));
+  EXPECT_THAT(graph->info, Contains(HasSubstr("captured the training step at step 3")));
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+      << ::testing::PrintToString(eager->losses) << " vs "
+      << ::testing::PrintToString(graph->losses);
+  EXPECT_EQ(FirstBitDifference(eager->norms, graph->norms), -1)
+      << ::testing::PrintToString(eager->norms) << " vs " << ::testing::PrintToString(graph->norms);
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  ExpectSameFp8Stats(*eager, *graph);
+  EXPECT_NE(graph->fp8_stats.back()[0].scale, 1.0f);  // the graphed scale update ran
+  EXPECT_LT(graph->losses.back(), graph->losses.front());
+}
+
+TEST_P(GpuFp8ReplayTest, NonFiniteReplayedStepIsSkippedAndTrainingGoesOn) {
+  // A NaN in layer 0's fc1 weight during step 4 (a replayed step): AdamW and the scale update
+  // skip themselves on the device, the host counts the skip and discards the amaxes; the weight
+  // is put back after the step and training goes on. Eager with the same NaN agrees.
+  std::unique_ptr<kernels::Backend> eager_be = Fp8Gpu(), graph_be = Fp8Gpu();
+  if (!eager_be) GTEST_SKIP() << "no CUDA device with FP8 (compute capability 8.9+)";
+  const int accum = GetParam(), steps = 7, poisoned = 4;
+  absl::StatusOr<StepRun> eager = TrainSteps(
+      eager_be.get(), GpuFp8Options(accum), "off", steps, [](int) { return -1.0; },
+      testing::PoisonFc1WeightAt(eager_be.get(), poisoned, 0));
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(
+      graph_be.get(), GpuFp8Options(accum), "on", steps, [](int) { return -1.0; },
+      testing::PoisonFc1WeightAt(graph_be.get(), poisoned, 0));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->graphed[poisoned - 1]);
+  const std::vector<bool> want = {true, true, true, false, true, true, true};
+  EXPECT_EQ(eager->applied, want);
+  EXPECT_EQ(graph->applied, want);
+  EXPECT_FALSE(std::isfinite(graph->losses[poisoned - 1]));
+  for (int s = poisoned; s < steps; ++s) EXPECT_TRUE(std::isfinite(graph->losses[s])) << s + 1;
+  const std::vector<Fp8TensorStat>&before = graph->fp8_stats[poisoned - 2],
+        &skipped = graph->fp8_stats[poisoned - 1];
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].scale, skipped[i].scale) << i;
+  EXPECT_EQ(Fp8State::FirstNonFinite(skipped), "layer 0 fc1 weight");
+  EXPECT_EQ(Fp8State::FirstNonFinite(graph->fp8_stats[poisoned]), "");
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+      << ::testing::PrintToString(eager->losses) << " vs "
+      << ::testing::PrintToString(graph->losses);
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  ExpectSameFp8Stats(*eager, *graph, poisoned);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, GpuFp8ReplayTest, ::testing::Values(1, 2));
 
 TEST(GpuStepGraphTest, ReplayedStepsUseEachStepsLearningRate) {
   std::unique_ptr<kernels::Backend> a_be = Gpu(true), b_be = Gpu(true);
@@ -144,7 +245,7 @@ TEST(GpuStepGraphTest, AdamWDeviceStepMatchesAdamWBitForBit) {
     const float lr = 3e-4f * t;
     be->AdamW(a.params, a.master, a.grads, a.m, a.v, nullptr, n, lr, 0.9f, 0.95f, 1e-8f, 0.1f, t,
               1.0f, norm_sq, 1.0f);
-    be->SetAdamWStep(step, lr, t, 0.9f, 0.95f);
+    be->SetAdamWStep(step, lr, t, 0.9f, 0.95f, /*skip_non_finite=*/false);
     be->AdamWDeviceStep(b.params, b.master, b.grads, b.m, b.v, nullptr, n, step, 0.9f, 0.95f, 1e-8f,
                         0.1f, 1.0f, norm_sq, 1.0f);
   }
@@ -202,13 +303,14 @@ struct TrainerRun {
   std::string weights;
 };
 
-TrainerRun Train(const std::string& mode, const std::string& dir) {
+TrainerRun Train(const std::string& mode, const std::string& dir,
+                 const std::string& precision = "bf16") {
   absl::StatusOr<v1::JobSpec> spec = common::LoadJobSpec(
       "{}",
       {"model.hidden=128", "model.heads=2", "model.layers=2", "model.ffn=512", "model.context=64",
        "training.batch_size=4", "training.steps=10", "training.warmup_steps=3",
        "training.schedule=cosine", "training.lr=3e-3", "training.min_lr_ratio=0.1",
-       "generation.tokens=0", "training.deterministic=true", "precision=bf16",
+       "generation.tokens=0", "training.deterministic=true", "precision=" + precision,
        "resources.backend=cuda", std::string("training.cuda_graph=") + mode});
   TrainerRun run;
   if (!spec.ok()) {
@@ -218,7 +320,7 @@ TrainerRun Train(const std::string& mode, const std::string& dir) {
   TrainerOptions o;
   o.spec = *spec;
   o.backend = "cuda";
-  o.weights_out = dir + "/weights-" + mode + ".safetensors";
+  o.weights_out = dir + "/weights-" + mode + "-" + precision + ".safetensors";
   o.on_step = [&run](const v1::StepReport& r) { run.steps.push_back(r); };
   o.on_info = [&run](absl::string_view l) { run.info.emplace_back(l); };
   run.status = RunTrainer(o);
@@ -248,6 +350,34 @@ TEST(GpuStepGraphTrainerTest, GraphRunMatchesEagerRunBitForBit) {
     EXPECT_EQ(g.loss(), e.loss()) << "step " << g.step();
     EXPECT_EQ(g.grad_norm(), e.grad_norm()) << "step " << g.step();
     if (i > 0) EXPECT_NE(g.lr(), graph.steps[i - 1].lr()) << "the schedule must move";
+  }
+  ASSERT_FALSE(eager.weights.empty());
+  EXPECT_TRUE(eager.weights == graph.weights) << "final weights differ";
+}
+
+TEST(GpuStepGraphTrainerTest, Fp8GraphRunMatchesEagerRunBitForBit) {
+  if (!Fp8Gpu()) GTEST_SKIP() << "no CUDA device with FP8 (compute capability 8.9+)";
+  TempDir dir("step-graph-gpu-fp8-test");
+  const TrainerRun eager = Train("off", dir.path(), "fp8");
+  ASSERT_TRUE(eager.status.ok()) << eager.status;
+  const TrainerRun graph = Train("on", dir.path(), "fp8");
+  ASSERT_TRUE(graph.status.ok()) << graph.status;
+  ASSERT_EQ(eager.steps.size(), 10u);
+  ASSERT_EQ(graph.steps.size(), 10u);
+  EXPECT_THAT(graph.info, Contains(HasSubstr("cuda graph: captured the training step at step 3")));
+  for (size_t i = 0; i < 10; ++i) {
+    const v1::StepReport &e = eager.steps[i], &g = graph.steps[i];
+    EXPECT_EQ(g.cuda_graph(), i >= 2) << "step " << g.step();
+    EXPECT_EQ(g.loss(), e.loss()) << "step " << g.step();
+    EXPECT_EQ(g.grad_norm(), e.grad_norm()) << "step " << g.step();
+    EXPECT_EQ(g.skipped_steps(), e.skipped_steps()) << "step " << g.step();
+    ASSERT_EQ(g.fp8_size(), e.fp8_size()) << "step " << g.step();
+    ASSERT_GT(g.fp8_size(), 0);
+    for (int t = 0; t < g.fp8_size(); ++t) {
+      EXPECT_EQ(g.fp8(t).SerializeAsString(), e.fp8(t).SerializeAsString())
+          << "step " << g.step() << " tensor " << t << ": " << g.fp8(t).ShortDebugString() << " vs "
+          << e.fp8(t).ShortDebugString();
+    }
   }
   ASSERT_FALSE(eager.weights.empty());
   EXPECT_TRUE(eager.weights == graph.weights) << "final weights differ";

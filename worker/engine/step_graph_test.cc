@@ -5,7 +5,9 @@
 // per-step value baked into the recording (the learning rate, the AdamW step) would show.
 #include "worker/engine/step_graph.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "worker/engine/fp8_state.h"
 #include "worker/engine/step_graph_testing.h"
 #include "worker/engine/trainer.h"
 
@@ -157,8 +160,9 @@ class RecordingBackend final : public kernels::Backend {
                  grad_scale, norm_sq, max_norm);
     });
   }
-  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2) override {
-    Op([=] { be_->SetAdamWStep(step, lr, t, beta1, beta2); });
+  void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
+                    bool skip_non_finite) override {
+    Op([=] { be_->SetAdamWStep(step, lr, t, beta1, beta2, skip_non_finite); });
   }
   void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
                        const uint8_t* decay_mask, size_t n, const float* step, float beta1,
@@ -197,10 +201,10 @@ class RecordingBackend final : public kernels::Backend {
   }
   void Fp8ScaleUpdate(float* scale, float* scale_inv, int scale_inv_stride, float* history,
                       float* amax, const float* fp8_max, int n, int history_len,
-                      bool use_history_max, int margin) override {
+                      bool use_history_max, int margin, const float* skip_if_non_finite) override {
     Op([=] {
       be_->Fp8ScaleUpdate(scale, scale_inv, scale_inv_stride, history, amax, fp8_max, n,
-                          history_len, use_history_max, margin);
+                          history_len, use_history_max, margin, skip_if_non_finite);
     });
   }
 
@@ -272,6 +276,167 @@ TEST_P(ReplayMatchesEagerTest, LossesNormsAndParametersBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Accum, ReplayMatchesEagerTest, ::testing::Values(1, 3));
+
+// FP8 (the cpu backend's emulation) replayed from graphs: the casts, the scale update and the
+// host-side tallies of the recorded steps must give what the eager steps give, bit for bit:
+// losses, norms, parameters and every tensor's statistics (scales, amaxes, histories, ratios).
+ModelOptions Fp8Options(int accum) {
+  ModelOptions o = SmallOptions(accum);
+  o.fp8.enabled = true;
+  return o;
+}
+
+void ExpectSameFp8Stats(const StepRun& eager, const StepRun& graph) {
+  ASSERT_EQ(eager.fp8_stats.size(), graph.fp8_stats.size());
+  for (size_t s = 0; s < eager.fp8_stats.size(); ++s) {
+    ASSERT_EQ(eager.fp8_stats[s].size(), graph.fp8_stats[s].size());
+    for (size_t i = 0; i < eager.fp8_stats[s].size(); ++i) {
+      const Fp8TensorStat &a = eager.fp8_stats[s][i], &b = graph.fp8_stats[s][i];
+      const std::string where = absl::StrCat("step ", s + 1, " tensor ", i);
+      if (!eager.applied[s] && a.role == Fp8Role::kGradOutput) {
+        // A skipped step: the eager loop stopped at the non-finite loss, the graph ran that
+        // micro-batch's backward too (its gradient casts saw the NaNs). The scales are kept.
+        EXPECT_EQ(a.scale, b.scale) << where;
+        continue;
+      }
+      EXPECT_EQ(FirstBitDifference(std::vector<float>{a.scale, a.amax, a.amax_history_max},
+                                   std::vector<float>{b.scale, b.amax, b.amax_history_max}),
+                -1)
+          << where << ": " << a.scale << " " << a.amax << " vs " << b.scale << " " << b.amax;
+      EXPECT_EQ(a.elements, b.elements) << where;
+      EXPECT_EQ(a.saturated_ratio, b.saturated_ratio) << where;
+      EXPECT_EQ(a.underflow_ratio, b.underflow_ratio) << where;
+      EXPECT_EQ(a.non_finite, b.non_finite) << where;
+    }
+  }
+}
+
+class Fp8ReplayTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(Fp8ReplayTest, MatchesEagerBitForBit) {
+  const int accum = GetParam(), steps = 7;
+  RecordingBackend eager_be, graph_be;
+  absl::StatusOr<StepRun> eager = TrainSteps(&eager_be, Fp8Options(accum), "off", steps);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(&graph_be, Fp8Options(accum), "on", steps);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // The probe, then one graph (accum 1) or first-micro-batch, micro-step and optimizer graphs.
+  EXPECT_EQ(graph_be.captures(), accum == 1 ? 2 : 4);
+  EXPECT_EQ(graph_be.replays(), (steps - 2) * (accum == 1 ? 1 : accum + 1));
+  EXPECT_EQ(graph->graphed, std::vector<bool>({false, false, true, true, true, true, true}));
+  EXPECT_EQ(graph->applied, std::vector<bool>(steps, true));
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+      << ::testing::PrintToString(eager->losses) << " vs "
+      << ::testing::PrintToString(graph->losses);
+  EXPECT_EQ(FirstBitDifference(eager->norms, graph->norms), -1);
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  ExpectSameFp8Stats(*eager, *graph);
+  // The scales moved away from 1 (the update ran in the graphs) and the weights were cast once
+  // per step: the weight tallies of a replayed step are those of one cast.
+  const Fp8TensorStat& w = graph->fp8_stats.back()[1];  // layer 0 qkv weight
+  ASSERT_EQ(w.role, Fp8Role::kWeight);
+  EXPECT_EQ(w.elements, 16 * 48);
+  EXPECT_NE(graph->fp8_stats.back()[0].scale, 1.0f);
+  const Fp8TensorStat& in = graph->fp8_stats.back()[0];  // layer 0 qkv input: every micro-batch
+  EXPECT_EQ(in.elements, int64_t{accum} * 3 * 12 * 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, Fp8ReplayTest, ::testing::Values(1, 3));
+
+class Fp8SkipReplayTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(Fp8SkipReplayTest, NonFiniteReplayedStepIsSkippedAndTrainingGoesOn) {
+  // Step 4 (replayed) sees a NaN in layer 0's fc1 weight: the device skips AdamW and the scale
+  // update, the host discards the step's amaxes; the weight is put back after it and steps 5..7
+  // train. Eager with the same poisoning gives the same numbers.
+  const int accum = GetParam(), steps = 7, poisoned = 4;
+  RecordingBackend eager_be, graph_be;
+  absl::StatusOr<StepRun> eager = TrainSteps(
+      &eager_be, Fp8Options(accum), "off", steps, [](int) { return -1.0; },
+      testing::PoisonFc1WeightAt(&eager_be, poisoned, 0));
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  absl::StatusOr<StepRun> graph = TrainSteps(
+      &graph_be, Fp8Options(accum), "on", steps, [](int) { return -1.0; },
+      testing::PoisonFc1WeightAt(&graph_be, poisoned, 0));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->graphed[poisoned - 1]);
+  const std::vector<bool> want = {true, true, true, false, true, true, true};
+  EXPECT_EQ(eager->applied, want);
+  EXPECT_EQ(graph->applied, want);
+  EXPECT_FALSE(std::isfinite(graph->losses[poisoned - 1]));
+  for (int s = poisoned; s < steps; ++s) EXPECT_TRUE(std::isfinite(graph->losses[s])) << s + 1;
+  // Scales and histories kept over the skipped step.
+  const std::vector<Fp8TensorStat>&before = graph->fp8_stats[poisoned - 2],
+        &skipped = graph->fp8_stats[poisoned - 1];
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].scale, skipped[i].scale) << i;
+  EXPECT_EQ(Fp8State::FirstNonFinite(skipped), "layer 0 fc1 weight");
+  // The next step's statistics are clean (the skipped step's amaxes were discarded).
+  EXPECT_EQ(Fp8State::FirstNonFinite(graph->fp8_stats[poisoned]), "");
+  EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1);
+  EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+  ExpectSameFp8Stats(*eager, *graph);
+  // Without the skip the parameters would differ: the skipped step changed nothing.
+  RecordingBackend clean_be;
+  absl::StatusOr<StepRun> clean = TrainSteps(&clean_be, Fp8Options(accum), "on", poisoned - 1);
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  absl::StatusOr<StepRun> upto = TrainSteps(
+      &graph_be, Fp8Options(accum), "on", poisoned, [](int) { return -1.0; },
+      testing::PoisonFc1WeightAt(&graph_be, poisoned, 0));
+  ASSERT_TRUE(upto.ok()) << upto.status();
+  EXPECT_EQ(FirstBitDifference(clean->params, upto->params), -1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, Fp8SkipReplayTest, ::testing::Values(1, 3));
+
+TEST(StepGraphTest, Fp8FailedCaptureRunsEagerlyLikeEager) {
+  // A failed capture recorded weight casts that never ran: the eager steps after it must cast
+  // the weights again (with accum 3 the failed first-micro-batch recording is the last one).
+  for (int accum : {1, 3}) {
+    RecordingBackend eager_be, auto_be;
+    auto_be.set_fail_captures(true);
+    absl::StatusOr<StepRun> eager = TrainSteps(&eager_be, Fp8Options(accum), "off", 5);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    absl::StatusOr<StepRun> fallback = TrainSteps(&auto_be, Fp8Options(accum), "auto", 5);
+    ASSERT_TRUE(fallback.ok()) << fallback.status();
+    EXPECT_EQ(fallback->graphed, std::vector<bool>(5, false));
+    EXPECT_EQ(FirstBitDifference(eager->losses, fallback->losses), -1) << accum;
+    EXPECT_EQ(FirstBitDifference(eager->params, fallback->params), -1) << accum;
+    ExpectSameFp8Stats(*eager, *fallback);
+  }
+}
+
+TEST(StepGraphTest, CpuBackendSkipFlags) {
+  // The device-side skip of a replayed FP8 step, on the cpu backend: AdamWDeviceStep with
+  // skip_non_finite and Fp8ScaleUpdate with a skip scalar change nothing when the norm is
+  // inf or NaN, and update as usual when it is finite (or when the skip is off).
+  std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackend(1);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float norm_sq : {std::nanf(""), inf, 4.0f}) {
+    for (bool skip : {true, false}) {
+      std::vector<float> params = {1.0f, -2.0f}, grads = {0.5f, 0.25f}, m = {0, 0}, v = {0, 0};
+      float step[kernels::Backend::kAdamWStepFloats];
+      be->SetAdamWStep(step, 0.1f, 1, 0.9f, 0.95f, skip);
+      be->AdamWDeviceStep(params.data(), nullptr, grads.data(), m.data(), v.data(), nullptr, 2,
+                          step, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, &norm_sq, 0.0f);
+      const bool skipped = skip && !std::isfinite(norm_sq);
+      EXPECT_EQ(params[0] == 1.0f && m[0] == 0.0f && v[0] == 0.0f, skipped)
+          << "norm_sq " << norm_sq << " skip " << skip;
+    }
+    float scale = 2.0f, scale_inv = 0.5f, history[2] = {3.0f, 1.0f}, amax = 7.0f, max = 448.0f;
+    be->Fp8ScaleUpdate(&scale, &scale_inv, 1, history, &amax, &max, 1, 2, true, 0, &norm_sq);
+    if (std::isfinite(norm_sq)) {
+      EXPECT_EQ(history[0], 7.0f);  // rolled in
+      EXPECT_EQ(amax, 0.0f);
+      EXPECT_EQ(scale, 448.0f / 7.0f);
+    } else {
+      EXPECT_EQ(scale, 2.0f) << norm_sq;
+      EXPECT_EQ(scale_inv, 0.5f);
+      EXPECT_EQ(history[0], 3.0f);
+      EXPECT_EQ(history[1], 1.0f);
+      EXPECT_EQ(amax, 7.0f);  // left for the caller to discard
+    }
+  }
+}
 
 TEST(StepGraphTest, ReplayedStepsUseEachStepsLearningRate) {
   // Steps 4 and 5 replay with lr 0, so the parameters stay exactly where step 3 left them. A
@@ -372,8 +537,7 @@ TEST(StepGraphTest, ModesAndConditions) {
     bool StepGraphOptions::*flag;
     const char* reason;
   };
-  for (const Condition& c : {Condition{&StepGraphOptions::fp8, "precision fp8"},
-                             Condition{&StepGraphOptions::data_parallel, "data parallelism"},
+  for (const Condition& c : {Condition{&StepGraphOptions::data_parallel, "data parallelism"},
                              Condition{&StepGraphOptions::profiling, "per-kernel profiling"}}) {
     StepGraphOptions with = o;
     with.*c.flag = true;

@@ -367,7 +367,6 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   StepGraphOptions graph_options;
   graph_options.mode = tr.cuda_graph();
   graph_options.grad_accum_steps = accum;
-  graph_options.fp8 = fp8;
   graph_options.data_parallel = dp != nullptr;
   graph_options.profiling = o.profile_kernels;
   graph_options.on_info = [&o](absl::string_view line) { Info(o, line); };
@@ -401,7 +400,10 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       graphed = (*step_graph)
                     ->Run(step, static_cast<float>(lr), static_cast<int>(applied + 1), next_batch);
       if (!graphed.ok()) return graphed.status();
-      if (graphed->has_value()) loss = (*graphed)->loss;
+      if (graphed->has_value()) {
+        loss = (*graphed)->loss;
+        finite = (*graphed)->applied;  // FP8: a non-finite step was skipped on the device
+      }
     }
     for (int micro = 0; micro < accum && !graphed->has_value(); ++micro) {
       if (Stopped(o)) {
@@ -435,7 +437,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (!waited.ok()) return Annotate(waited.status(), step);
       comm_exposed = *waited;
     }
-    if (fp8 && finite) {
+    if (fp8 && finite && !graphed->has_value()) {
       absl::StatusOr<float> norm = model.GradNorm();
       if (!norm.ok()) return norm.status();
       finite = std::isfinite(*norm);
@@ -500,7 +502,9 @@ absl::Status RunTrainer(const TrainerOptions& o) {
           return Annotate(s, step);
         }
       }
-      if (absl::Status s = model.Fp8EndStep(/*apply=*/true, report ? &fp8_stats : nullptr);
+      std::vector<Fp8TensorStat>* stats = report ? &fp8_stats : nullptr;
+      if (absl::Status s = graphed->has_value() ? model.Fp8EndReplayedStep(stats)
+                                                : model.Fp8EndStep(/*apply=*/true, stats);
           !s.ok()) {
         return s;
       }
