@@ -69,6 +69,54 @@ __global__ void ColumnFinishKernel(bf16* out, const float* partial, int chunks, 
 
 constexpr int kNormBlocks = 1024;
 
+// Stage 1 of the sum of squares: a fixed grid (kNormBlocks x 256) strides over the vector,
+// each thread holding kNormLoads 16-byte loads in flight per pass; each thread's sum runs in a
+// fixed order, then the block sums its threads in a fixed order. REQUIRES: x 16-byte aligned
+// (the launcher checks; an unaligned x takes the scalar kernel below).
+constexpr int kNormLoads = 4;
+__global__ void __launch_bounds__(256) SumSquaresPartialVec8Kernel(float* partial, const bf16* x,
+                                                                   size_t n) {
+  const size_t n8 = n / 8;  // whole 16-byte groups
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const size_t tid = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  float acc = 0.f;
+  size_t i = tid;
+  for (; i + (kNormLoads - 1) * stride < n8; i += kNormLoads * stride) {
+    Bf16x8 v[kNormLoads];
+#pragma unroll
+    for (int k = 0; k < kNormLoads; ++k) v[k] = Load8(x + (i + k * stride) * 8);
+#pragma unroll
+    for (int k = 0; k < kNormLoads; ++k) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float f = __bfloat162float(v[k].v[j]);
+        acc = fmaf(f, f, acc);
+      }
+    }
+  }
+  for (; i < n8; i += stride) {
+    Bf16x8 v = Load8(x + i * 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float f = __bfloat162float(v.v[j]);
+      acc = fmaf(f, f, acc);
+    }
+  }
+  if (tid < n - n8 * 8) {  // the tail, fewer than 8 values
+    const float f = __bfloat162float(x[n8 * 8 + tid]);
+    acc = fmaf(f, f, acc);
+  }
+  __shared__ float warp_sums[32];
+  acc = WarpSum(acc);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) partial[blockIdx.x] = v;
+  }
+}
+
 __global__ void SumSquaresPartialKernel(float* partial, const bf16* x, size_t n) {
   float acc = 0.f;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -131,7 +179,11 @@ cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratc
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s) {
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * kNormBlocks));
   if (!partial) return scratch.last_error();
-  SumSquaresPartialKernel<<<kNormBlocks, 256, 0, s>>>(partial, x, n);
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    SumSquaresPartialVec8Kernel<<<kNormBlocks, 256, 0, s>>>(partial, x, n);
+  } else {
+    SumSquaresPartialKernel<<<kNormBlocks, 256, 0, s>>>(partial, x, n);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   SumFinishKernel<<<1, 1024, 0, s>>>(out, partial, kNormBlocks);

@@ -4,8 +4,12 @@
 // Tolerances (BF16 activations and gradients, FP32 accumulation and master weights):
 //   one step, same weights (the GPU's BF16 values) and batch: loss within 1e-2 relative; each
 //   parameter tensor's gradient within 5e-2 relative L2 error (‖gpu − cpu‖ / ‖cpu‖);
-//   200 steps of the seed model: the mean loss of the last 20 steps within 0.05 absolute (or
-//   10% relative) of the CPU run's, and greedy generation keeps the prompt's stride.
+//   200 steps of the seed model at batch 8 x 64 (small enough for the CPU run): the mean loss
+//   of the last 20 steps within 0.05 absolute (or 10% relative) of the CPU run's;
+//   the seed job itself (examples/minigpt.yaml, batch 32 x 256, 200 steps) on the GPU: greedy
+//   generation keeps the prompt's stride. (At batch 8 x 64 the model is not trained enough
+//   for that: with seed 1337 the CPU reference itself breaks the stride, and the GPU's
+//   generation is the CPU's to within two tokens; measured on the H200, 2026-12-03.)
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -142,8 +146,20 @@ TEST(ModelGpuTest, SeedJobLearnsLikeCpu) {
     std::printf("step %3d  loss cpu %.4f  gpu %.4f\n", s + 1, cpu.losses[s], gpu.losses[s]);
   }
   const double g = MeanLast(gpu.losses, 20), c = MeanLast(cpu.losses, 20);
+  std::printf("mean loss of steps %d-%d: cpu %.4f  gpu %.4f\n", steps - 19, steps, c, g);
   EXPECT_NEAR(g, c, std::max(0.05, 0.1 * c));
   EXPECT_LT(g, 0.5);
+  std::printf("generated: cpu %s\n           gpu %s\n",
+              absl::StrJoin(cpu.generation.tokens(), " ").c_str(),
+              absl::StrJoin(gpu.generation.tokens(), " ").c_str());
+}
+
+TEST(ModelGpuTest, SeedJobGeneratesTheStride) {
+  if (!GpuOrSkip()) GTEST_SKIP() << "no usable CUDA device";
+  TrainRun gpu = Train(SeedJobSpec("bf16", "cuda"), "cuda");
+  ASSERT_EQ(gpu.losses.size(), 20u);  // a report every 10 steps
+  std::printf("seed job, bf16: loss at step 200 %.4f\n", gpu.losses.back());
+  EXPECT_LT(gpu.losses.back(), 0.1);
   std::vector<int32_t> seq(gpu.generation.prompt().begin(), gpu.generation.prompt().end());
   seq.insert(seq.end(), gpu.generation.tokens().begin(), gpu.generation.tokens().end());
   int32_t stride = 0;

@@ -81,6 +81,18 @@ inline v1::JobSpec SeedTestSpec(int steps, const std::string& precision,
   return s;
 }
 
+// The seed job itself: examples/minigpt.yaml (batch 32 x 256, 200 steps at a constant 3e-4,
+// seed 1337), not deterministic, a report every 10 steps. GPU-sized: about a second of
+// training on an H200, far too slow for the CPU tests.
+inline v1::JobSpec SeedJobSpec(const std::string& precision, const std::string& backend) {
+  v1::JobSpec s = SeedTestSpec(200, precision, backend);
+  v1::TrainingSpec* t = s.mutable_training();
+  t->set_batch_size(32);
+  t->set_seq_len(256);
+  t->set_log_every_steps(10);
+  return s;
+}
+
 // The FP8 section at its defaults (hybrid, history 16, max, margin 0, 10 skips).
 inline void SetTestFp8(v1::JobSpec* s, bool emulate) {
   v1::Fp8Spec* f = s->mutable_fp8();
