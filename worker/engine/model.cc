@@ -317,7 +317,7 @@ void Model::ForwardImpl(int B, int T) {
     Linear(l, Fp8Linear::kFc1, la.fc_gelu, la.fc_pre, la.ln2, P(TensorKind::kFc1Weight, l),
            P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
     Linear(l, Fp8Linear::kFc2, act_.scratch, nullptr, la.fc_gelu, P(TensorKind::kFc2Weight, l),
-           P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone);
+           P(TensorKind::kFc2Bias, l), N, F, C, Epilogue::kNone, /*gelu_pre=*/la.fc_pre);
     if (l + 1 < c.layers) {
       LayerActs& next = act_.layers[l + 1];
       LayerNormBeforeLinear(l + 1, Fp8Linear::kQkv, la.residual3, next.ln1, next.ln1_mean,

@@ -280,9 +280,13 @@ class Model {
   void RecomputeLayer(int l);
   // A Linear's forward and backward (the contracts of Backend::MatmulForward/Backward): in
   // FP8 during training when options.fp8.enabled, else in the compute dtype (model_fp8.cc).
+  // In FP8 training fc1 (epilogue kGelu) writes only pre_gelu (its GELU output is not needed:
+  // see gelu_pre), and fc2 passes gelu_pre = fc1's pre-activation: its FP8 input is then
+  // Backend::GeluCastFp8(gelu_pre), with inp's buffer as that op's scratch (inp need not hold
+  // the GELU output). Without FP8, inp is fc2's input and gelu_pre is ignored.
   void Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void* inp,
               const void* weight, const void* bias, int N, int C, int OC,
-              kernels::Epilogue epilogue);
+              kernels::Epilogue epilogue, const void* gelu_pre = nullptr);
   void LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias, void* dout,
                       const void* pre_gelu, const void* inp, const void* weight, int N, int C,
                       int OC);

@@ -3,7 +3,9 @@
 //   forward:  input -> cast (E4M3, the input's scale) into the shared scratch; for qkv and
 //             fc1 the cast also writes the input's transpose, kept per layer for the weight
 //             gradient; weight -> cast once per optimizer step (row-major, kept per layer);
-//             out = FP8 GEMM (fast accumulation) + bias, then GELU for fc1;
+//             out = FP8 GEMM (fast accumulation) + bias; fc1 writes only its pre-activation,
+//             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
+//             no BF16 GELU output is written or read);
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
 //             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> cast into one shared buffer;
 //             dinp = FP8 GEMM(dout, weightᵀ); the attention projection's input transpose is
@@ -11,11 +13,8 @@
 //             pre-activation (Backend::GeluCastFp8), each into the shared scratch;
 //             dweight += FP8 GEMM(doutᵀ, inputᵀ).
 // Every recomputed operand uses the step's scales: the weightᵀ and the projection's inputᵀ are
-// the bytes the forward's casts would have written. fc2's GELU is recomputed from the BF16
-// pre-activation where the forward's GEMM epilogue computed it from the FP32 one (cuda), so
-// its FP8 transpose is the cast of values within one BF16 rounding of the forward's (as the
-// BF16 path's recompute; bit-identical on the cpu emulation, whose forward also runs
-// GeluForward on the stored pre-activation).
+// the bytes the forward's casts would have written, and so is fc2's inputᵀ (GeluCastFp8 of
+// the same kept pre-activation, as in the forward).
 // Statistics: the amaxes and counters of every forward cast and backward gradient cast
 // accumulate in Fp8State until Fp8EndStep. An input's statistics are its forward cast's, a
 // weight's its once-per-step cast's (over the same elements its transpose holds); the
@@ -73,7 +72,7 @@ absl::Status Model::AllocateFp8() {
 
 void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void* inp,
                    const void* weight, const void* bias, int N, int C, int OC,
-                   kernels::Epilogue epilogue) {
+                   kernels::Epilogue epilogue, const void* gelu_pre) {
   kernels::Backend& be = *backend_;
   if (fp8_ == nullptr || !(fp8_training_forward_ || fp8_recompute_)) {
     be.MatmulForward(out, pre_gelu, inp, weight, bias, N, C, OC, epilogue);
@@ -85,19 +84,28 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   const int in = s.Index(layer, t, Fp8Role::kInput), w = s.Index(layer, t, Fp8Role::kWeight);
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
   const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
+  // fc2's input, GELU(fc1's pre-activation), is cast from the pre-activation in one pass; inp's
+  // buffer (the GELU output's, unused in FP8 training) is the op's scratch.
+  auto cast_input = [&](uint8_t* out_t, float* amax, uint64_t* counts) {
+    if (gelu_pre != nullptr) {
+      be.GeluCastFp8(fp8_input_, out_t, const_cast<void*>(inp), gelu_pre, N, C, in_fmt,
+                     s.scale(in), amax, counts);
+    } else {
+      be.CastFp8(fp8_input_, out_t, inp, N, C, in_fmt, s.scale(in), amax, counts);
+    }
+  };
   if (fp8_recompute_) {
     // The backward's recomputation (activation checkpointing): the same input cast with the
     // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
     // forward already recorded this cast's amax and counters and kept what it keeps: nothing
     // is recorded or kept again.
-    be.CastFp8(fp8_input_, nullptr, inp, N, C, in_fmt, s.scale(in),
-               reinterpret_cast<float*>(fp8_discard_),
+    cast_input(nullptr, reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
   } else if (fp8_input_cast_by_ln_ == layer * Fp8State::kLinears + static_cast<int>(t)) {
     // LayerNormBeforeLinear wrote fp8_input_ and input_t and recorded the cast.
   } else {
     // b.input_t is null where the backward recomputes the transpose.
-    be.CastFp8(fp8_input_, b.input_t, inp, N, C, in_fmt, s.scale(in), s.amax(in), s.counts(in));
+    cast_input(b.input_t, s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
   fp8_input_cast_by_ln_ = -1;
@@ -108,13 +116,12 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     s.AddElements(w, static_cast<int64_t>(OC) * C);
     b.weight_version = fp8_weight_version_;
   }
-  if (epilogue == kernels::Epilogue::kGelu) {
-    be.MatmulFp8Gelu(out, pre_gelu, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt,
-                     s.scale_inv(w), bias, N, OC, C);
-  } else {
-    be.MatmulFp8(out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias, N,
-                 OC, C, /*accumulate=*/false, /*fast_accum=*/true);
-  }
+  // fc1 (kGelu) writes its pre-activation only: fc2's input cast computes the GELU from it
+  // (gelu_pre above), and so does the backward's recomputed transpose, so the forward and the
+  // backward cast the same values.
+  void* const gemm_out = epilogue == kernels::Epilogue::kGelu ? pre_gelu : out;
+  be.MatmulFp8(gemm_out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w),
+               bias, N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
 }
 
 void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* out, float* mean,
