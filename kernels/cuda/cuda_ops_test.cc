@@ -150,7 +150,7 @@ TEST_F(CudaOpsTest, Encoder) {
 
 // C 256 and 768: the one-pass backward; 2048 and 200: the two-kernel backward.
 TEST_F(CudaOpsTest, LayerNorm) {
-  for (const int C : {768, 256, 2048, 200}) LayerNormCase(300, C);
+  for (const int C : {768, 256, 2048, 1024, 200}) LayerNormCase(300, C);
 }
 
 void CudaOpsTest::LayerNormCase(int N, int C) {
