@@ -325,11 +325,13 @@ void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pr
     s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     Check(matmul_->Run(s, weight, dy, dpre, nullptr, nullptr, stream_));
     bf16* dp = static_cast<bf16*>(dpre);
-    Check(GeluBackwardInPlace(dp, static_cast<const bf16*>(pre), size_t(N) * C, stream_),
-          "GeluBackwardInPlace");
     if (dpre_bias) {
-      Check(ColumnSumAccumulate(static_cast<bf16*>(dpre_bias), dp, N, C, scratch_, stream_),
-            "ColumnSumAccumulate");
+      Check(GeluBackwardColumnSum(dp, static_cast<const bf16*>(pre), static_cast<bf16*>(dpre_bias),
+                                  N, C, scratch_, stream_),
+            "GeluBackwardColumnSum");
+    } else {
+      Check(GeluBackwardInPlace(dp, static_cast<const bf16*>(pre), size_t(N) * C, stream_),
+            "GeluBackwardInPlace");
     }
   }
   WeightGradient(dweight, dbias, dy, inp, N, C, OC);

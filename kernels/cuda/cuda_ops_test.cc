@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/ops.h"
 
 namespace boulder::kernels::cuda {
 namespace {
@@ -417,6 +418,40 @@ TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
   }
   // On a GPU with BF16 tensor cores cuBLASLt has these epilogues: the fused path really ran.
   EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
+}
+
+// The GELU backward fused with fc1's bias-gradient column sum (the unfused path of
+// MatmulBackwardGelu): the same bits as GeluBackwardInPlace followed by ColumnSumAccumulate,
+// on row counts that are not a multiple of the row chunks and on widths the vectorised kernel
+// does not take (C % 8 != 0: the two ops run).
+TEST_F(CudaOpsTest, GeluBackwardColumnSumMatchesTheTwoOpsBitForBit) {
+  for (const int C : {3072, 512, 200, 100}) {
+    const int N = 300;
+    SCOPED_TRACE(testing::Message() << "C " << C);
+    Pair pre(cpu_.get(), gpu_.get(), size_t(N) * C), x1(cpu_.get(), gpu_.get(), size_t(N) * C),
+        x2(cpu_.get(), gpu_.get(), size_t(N) * C), b1(cpu_.get(), gpu_.get(), C),
+        b2(cpu_.get(), gpu_.get(), C);
+    pre.Set(Random(size_t(N) * C, rng_, 2.f));
+    const std::vector<float> x = Random(size_t(N) * C, rng_), bias = Random(C, rng_);
+    x1.Set(x);
+    x2.Set(x);
+    b1.Set(bias);
+    b2.Set(bias);
+    ASSERT_TRUE(gpu_->Synchronize().ok());  // the uploads ran on the backend's stream
+    Scratch s1, s2;
+    auto* p = static_cast<const __nv_bfloat16*>(pre.g);
+    ASSERT_EQ(GeluBackwardColumnSum(static_cast<__nv_bfloat16*>(x1.g), p,
+                                    static_cast<__nv_bfloat16*>(b1.g), N, C, s1, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(GeluBackwardInPlace(static_cast<__nv_bfloat16*>(x2.g), p, size_t(N) * C, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(ColumnSumAccumulate(static_cast<__nv_bfloat16*>(b2.g),
+                                  static_cast<const __nv_bfloat16*>(x2.g), N, C, s2, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(x1.Gpu(), x2.Gpu()) << "dGELU output";
+    EXPECT_EQ(b1.Gpu(), b2.Gpu()) << "bias gradient";
+  }
 }
 
 // MatmulBackward's weight gradient with the bias gradient from its BGRADB epilogue: the bias

@@ -98,6 +98,11 @@ cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cud
 // dbias[c] += Σ_rows x[r, c], deterministic two-stage column sum (x is [N, C]).
 cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratch& scratch,
                                 cudaStream_t s);
+// x = bf16(x ⊙ gelu'(pre)) (GeluBackwardInPlace) and dbias += Σ_rows x (ColumnSumAccumulate)
+// in one pass over x where C % 8 == 0 and x, pre are 16-byte aligned: bit-identical to the
+// two ops in sequence (which it runs otherwise).
+cudaError_t GeluBackwardColumnSum(bf16* x, const bf16* pre, bf16* dbias, int N, int C,
+                                  Scratch& scratch, cudaStream_t s);
 // *out = Σ x², deterministic (fixed grid, fixed-order final sum).
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s);
 
