@@ -1,5 +1,6 @@
 // The FP8 cast's encoding and statistics (Backend::CastFp8), shared by every kernel that
-// writes FP8: fp8.cu's cast-transposes and layernorm.cu's fused LayerNorm + cast.
+// writes FP8: fp8.cu's cast-transposes, fp8_gelu.cu's GELU + cast and layernorm.cu's fused
+// LayerNorm + cast. CastOne does one value, Cast8 eight packed BF16 values (bit-identical).
 //
 // Each element is scaled in FP32 and converted with cvt.rn.satfinite (round to nearest even,
 // finite overflow and ±inf clamp to ±max, NaN stays NaN) — the encoding kernels/cpu/fp8.cc
@@ -9,14 +10,16 @@
 //
 // Independent of the compile flags: fp8.cu is built without --use_fast_math, layernorm.cu
 // with it (-ftz=true, which flushes subnormal operands of float multiplies and comparisons).
-// The scale multiply is an explicit non-flushing mul.rn.f32 and the zero test a bit test, so
-// the bytes and counts are the same in both.
+// The scale multiply is an explicit non-flushing mul.rn.f32 and the zero and non-finite tests
+// bit tests, so the bytes and counts are the same in both.
 #ifndef BOULDER_KERNELS_CUDA_FP8_CAST_CUH_
 #define BOULDER_KERNELS_CUDA_FP8_CAST_CUH_
 
 #include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "kernels/fp8_recipe.h"
 
 namespace boulder::kernels::cuda {
 
@@ -50,6 +53,62 @@ __device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, 
     // |y| > max: y is finite or inf here, never a subnormal, so -ftz cannot change this.
     if (fabsf(y) > fp8_max) ++st.saturated;
     if (abs_x != 0 && (q & 0x7F) == 0) ++st.underflow;
+  }
+  return q;
+}
+
+// Two FP32 values -> two FP8 codes (a in the low byte), as ToFp8 does each.
+template <bool kE4M3>
+__device__ __forceinline__ unsigned ToFp8x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// 8 BF16 values packed in g (value j in half j%2 of word j/2, low half first) -> their FP8
+// codes (code j in byte j of the result) and the values as FP32 in x, counted into st exactly
+// as CastOne counts each: amax over the packed BF16 patterns, paired conversions, the
+// saturation test only where the group can saturate, underflow only where a code is zero.
+template <bool kE4M3>
+__device__ __forceinline__ uint2 Cast8(uint4 g, float scale, CastStats& st, float (&x)[8]) {
+  constexpr float kMax = kE4M3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const unsigned w[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = __uint_as_float(w[k] << 16);
+    x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+  // max |x| over the BF16 patterns (unsigned order: NaN beats inf, as for the FP32 patterns).
+  const unsigned m2 = __vmaxu2(__vmaxu2(w[0] & 0x7fff7fffu, w[1] & 0x7fff7fffu),
+                               __vmaxu2(w[2] & 0x7fff7fffu, w[3] & 0x7fff7fffu));
+  const unsigned m = max(m2 & 0xffffu, m2 >> 16) << 16;
+  st.amax = max(st.amax, m);
+  uint2 q;
+  q.x = ToFp8x2<kE4M3>(MulRnNoFtz(x[0], scale), MulRnNoFtz(x[1], scale)) |
+        (ToFp8x2<kE4M3>(MulRnNoFtz(x[2], scale), MulRnNoFtz(x[3], scale)) << 16);
+  q.y = ToFp8x2<kE4M3>(MulRnNoFtz(x[4], scale), MulRnNoFtz(x[5], scale)) |
+        (ToFp8x2<kE4M3>(MulRnNoFtz(x[6], scale), MulRnNoFtz(x[7], scale)) << 16);
+  // |x·scale| is monotonic in |x|: nothing saturates or is non-finite unless the largest does.
+  // (A flushed subnormal product compares as 0 <= kMax, as the product itself does.)
+  if (!(MulRnNoFtz(__uint_as_float(m), scale) <= kMax)) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if ((__float_as_uint(x[j]) & 0x7fffffffu) >= 0x7f800000u) {  // inf or NaN
+        ++st.non_finite;
+      } else if (fabsf(MulRnNoFtz(x[j], scale)) > kMax) {
+        ++st.saturated;
+      }
+    }
+  }
+  // Underflow: codes of magnitude 0 from non-zero inputs. Only ±0 inputs give such codes
+  // otherwise (inf and NaN never do), so count the zero codes and take away the zero inputs.
+  // Magnitudes are below 0x80, so a byte of m - 0x01010101 has its top bit set only where
+  // that byte or one below it is zero: any zero code shows, and most groups have none.
+  const unsigned mx = q.x & 0x7f7f7f7fu, my = q.y & 0x7f7f7f7fu;
+  if (((mx - 0x01010101u) | (my - 0x01010101u)) & 0x80808080u) {
+    const unsigned zero_codes = __popc(__vcmpeq4(mx, 0u)) + __popc(__vcmpeq4(my, 0u));
+    const unsigned zero_inputs =
+        __popc(__vcmpeq2(w[0] & 0x7fff7fffu, 0u)) + __popc(__vcmpeq2(w[1] & 0x7fff7fffu, 0u)) +
+        __popc(__vcmpeq2(w[2] & 0x7fff7fffu, 0u)) + __popc(__vcmpeq2(w[3] & 0x7fff7fffu, 0u));
+    st.underflow += zero_codes / 8 - zero_inputs / 16;
   }
   return q;
 }

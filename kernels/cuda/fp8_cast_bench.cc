@@ -1,8 +1,13 @@
 // fp8_cast_bench: the FP8 casts of a training step, per call and per step, on the benchmark
-// workloads' shapes: CastFp8 (row-major + transposed, as the forward casts each Linear's input)
-// and CastFp8Grad (the backward's fused cast of each Linear's output gradient: dGELU for fc1,
-// the bias gradient, row-major + transposed). Times through CudaBackend (CUDA events, median of
-// --reps after a warm-up); GB/s counts each input read once and each output written once.
+// workloads' shapes: CastFp8 (row-major + transposed, as the forward casts each Linear's input),
+// CastFp8Grad (the backward's fused cast of each Linear's output gradient: dGELU for fc1, the
+// bias gradient, row-major + transposed) and GeluCastFp8 (the backward's recomputed transpose of
+// fc2's input from fc1's pre-activation: transposed only; also row-major + transposed), each
+// GELU cast three ways: the tile kernel GeluCastFp8 runs, the per-element kernel it keeps for
+// unaligned shapes (GeluCastFp8AnyShape: the kernel GeluCastFp8 was before the tile kernel), and
+// the Backend default (GeluForward into a BF16 scratch, then CastFp8). Times through
+// CudaBackend (CUDA events, median of --reps after a warm-up); GB/s counts each input read once
+// and each output written once (for the default: the fused op's bytes, not its own).
 //
 //   fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20]
 #include <cuda_runtime.h>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_gelu_ops.h"
 
 namespace {
 
@@ -159,8 +165,33 @@ int main(int argc, char** argv) {
       bwd += Row(g.name, w.N, g.cols, ms, N * g.cols * (g.gelu ? 6.0 : 4.0),
                  g.cols == w.C ? 2 * w.layers : w.layers);
     }
+    // GeluCastFp8 at fc2's input [N, F]: per step once per layer with out_t only (backward).
+    void* scratch = b.Raw(N * w.F * 2);
+    double gelu = 0;
+    for (bool both : {false, true}) {
+      uint8_t* o = both ? out : nullptr;
+      const double bytes = N * w.F * (both ? 4.0 : 3.0);
+      const int per_step = both ? 0 : w.layers;
+      gelu += Row(both ? "gelu cast (out, out_t)" : "gelu cast (out_t)", w.N, w.F, b.Time([&] {
+        be->GeluCastFp8(o, out_t, scratch, pre, w.N, w.F, Fp8Format::kE4M3, act_scale, amax,
+                        counts);
+      }),
+                  bytes, per_step);
+      Row("  any-shape kernel", w.N, w.F, b.Time([&] {
+        boulder::kernels::cuda::GeluCastFp8AnyShape(
+            o, out_t, static_cast<const __nv_bfloat16*>(pre), w.N, w.F, /*e4m3=*/true, act_scale,
+            amax, reinterpret_cast<unsigned long long*>(counts), be->stream());
+      }),
+          bytes, per_step);
+      Row("  default (gelu+cast)", w.N, w.F, b.Time([&] {
+        be->Backend::GeluCastFp8(o, out_t, scratch, pre, w.N, w.F, Fp8Format::kE4M3, act_scale,
+                                 amax, counts);
+      }),
+          bytes, per_step);
+    }
     if (absl::Status s = be->Synchronize(); !s.ok()) Die(s.ToString());
-    std::printf("  per step: forward casts %.3f ms, backward casts %.3f ms\n", fwd, bwd);
+    std::printf("  per step: forward casts %.3f ms, backward casts %.3f ms, gelu casts %.3f ms\n",
+                fwd, bwd, gelu);
   }
   return 0;
 }

@@ -1,4 +1,4 @@
-// Launcher of the fused GELU + FP8 cast(-transpose) (fp8_gelu.cu), behind
+// Launchers of the fused GELU + FP8 cast(-transpose) (fp8_gelu.cu), behind
 // CudaBackend::GeluCastFp8; the contract is Backend::GeluCastFp8's (kernels/backend.h). Checks
 // the launch and returns its error; does not synchronise.
 #ifndef BOULDER_KERNELS_CUDA_FP8_GELU_OPS_H_
@@ -17,6 +17,13 @@ namespace boulder::kernels::cuda {
 cudaError_t GeluCastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* pre, int rows, int cols,
                         bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                         cudaStream_t s);
+
+// The same with the per-element kernel that GeluCastFp8 uses for shapes its tile kernel does
+// not take (rows or cols not multiples of 8, unaligned pointers); the same results on every
+// shape. Exposed so that the tests and fp8_cast_bench can run it on the fast path's shapes.
+cudaError_t GeluCastFp8AnyShape(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* pre, int rows,
+                                int cols, bool e4m3, const float* scale, float* amax,
+                                unsigned long long* counts, cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 

@@ -94,21 +94,21 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
   }
 }
 
-// LayerNorm + FP8 cast (Backend::ResidualLayerNormFp8Forward). A block of 8 warps owns a tile
-// of kFp8Rows rows x all C columns; each warp normalises its rows exactly as
+// LayerNorm + FP8 cast (Backend::ResidualLayerNormFp8Forward). A block of kWarps warps owns a
+// tile of kFp8Rows rows x all C columns; each warp normalises its rows exactly as
 // LayerNormForwardKernel (same functions, same order: bit-identical residual, mean, rstd and
 // BF16 y), casts y with CastOne (fp8_cast.cuh: CastFp8's encoding and statistics) and writes
 // the row-major FP8 as 8-byte words. The tile's FP8 rows also go to shared memory
 // ([kFp8Rows][C + 8] bytes, dynamic), from which the block writes the transpose: each thread
 // gathers 8 rows of one column into an 8-byte word of out_t's row (32-byte runs per column).
-// The BF16 y is never written.
+// The BF16 y is never written. kWarps is 8 (4 rows per warp), or 16 where 8-warp blocks would
+// leave the GPU short of warps (see Fp8BlockWarps).
 constexpr int kFp8Rows = 32;
-constexpr int kFp8Threads = 256;
 
 __host__ __device__ constexpr int Fp8TilePitch(int C) { return C + 8; }
 
-template <bool kResidual>
-__global__ void __launch_bounds__(kFp8Threads)
+template <bool kResidual, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps)
     LayerNormFp8Kernel(uint8_t* q_out, uint8_t* q_out_t, float* mean_out, float* rstd_out,
                        const bf16* inp, const bf16* w, const bf16* b, int N, int C, bf16* residual,
                        const bf16* ra, const bf16* rb, bool e4m3, const float* scale_p, float* amax,
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kFp8Threads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = blockIdx.x * kFp8Rows;
   CastStats st;
-  for (int i = warp; i < kFp8Rows && r0 + i < N; i += kFp8Threads / 32) {
+  for (int i = warp; i < kFp8Rows && r0 + i < N; i += kWarps) {
     const int row = r0 + i;
     float mean, rstd;
     const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kFp8Threads)
   __syncthreads();
   if (q_out_t != nullptr) {
     constexpr int kGroups = kFp8Rows / 8;  // 8-row words per column
-    for (int idx = threadIdx.x; idx < C * kGroups; idx += kFp8Threads) {
+    for (int idx = threadIdx.x; idx < C * kGroups; idx += 32 * kWarps) {
       const int cc = idx / kGroups, g = idx % kGroups;
       const int rr = r0 + g * 8;
       if (rr < N) {  // N % 8 == 0: all 8 rows are in range
@@ -171,6 +171,19 @@ int MaxDynamicSmem() {
 }
 
 size_t Fp8TileBytes(int C) { return size_t(kFp8Rows) * Fp8TilePitch(C); }
+
+// Warps per block: 8 unless that gives fewer than about 3 blocks per SM, as on 8192 rows (seed,
+// hidden-2048: 256 blocks on the H200's 132 SMs, 16 warps per SM); then 16 (twice the warps on
+// the same tiles: 2 rows per warp, the transpose still written in 32-byte runs).
+int Fp8BlockWarps(int N) {
+  static const int min_blocks = [] {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return 3 * sms;
+  }();
+  return CeilDiv(N, kFp8Rows) >= unsigned(min_blocks) ? 8 : 16;
+}
 
 bool Aligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
@@ -405,22 +418,25 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   }
   const size_t smem = Fp8TileBytes(C);
   static const cudaError_t attr_err = [] {
-    cudaError_t e = cudaFuncSetAttribute(
-        LayerNormFp8Kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxDynamicSmem());
-    if (e != cudaSuccess) return e;
-    return cudaFuncSetAttribute(LayerNormFp8Kernel<false>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, MaxDynamicSmem());
+    for (auto* kernel : {LayerNormFp8Kernel<true, 8>, LayerNormFp8Kernel<false, 8>,
+                         LayerNormFp8Kernel<true, 16>, LayerNormFp8Kernel<false, 16>}) {
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           MaxDynamicSmem());
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
   }();
   if (attr_err != cudaSuccess) return attr_err;
-  const int blocks = CeilDiv(N, kFp8Rows);
+  const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
+  auto kernel = residual != nullptr
+                    ? (warps == 8 ? LayerNormFp8Kernel<true, 8> : LayerNormFp8Kernel<true, 16>)
+                    : (warps == 8 ? LayerNormFp8Kernel<false, 8> : LayerNormFp8Kernel<false, 16>);
   if (residual != nullptr) {
-    LayerNormFp8Kernel<true>
-        <<<blocks, kFp8Threads, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, weight, bias, N,
-                                           C, residual, a, b, e4m3, scale, amax, counts);
+    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, weight, bias,
+                                            N, C, residual, a, b, e4m3, scale, amax, counts);
   } else {
-    LayerNormFp8Kernel<false>
-        <<<blocks, kFp8Threads, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, a, weight, bias, N, C,
-                                           nullptr, nullptr, nullptr, e4m3, scale, amax, counts);
+    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, a, weight, bias, N, C,
+                                            nullptr, nullptr, nullptr, e4m3, scale, amax, counts);
   }
   return cudaGetLastError();
 }

@@ -4,7 +4,8 @@
 // contract is bit-identity: the FP8 bytes (row-major and transposed), residual, mean, rstd,
 // amax and the saturated / underflow / non-finite counters must match exactly — with scales
 // that saturate, that flush most values to zero, with a non-finite input row, with residual
-// aliasing its input, and for shapes that take the unfused fallback.
+// aliasing its input, for both block sizes of the kernel (8 and 16 warps, chosen by the row
+// count), and for shapes that take the unfused fallback.
 // Skips, saying so, without a GPU of compute capability 8.9 or higher.
 #include <cstdint>
 #include <cstring>
@@ -206,6 +207,16 @@ TEST_F(CudaLayerNormFp8Test, Gpt2WidthBitIdentical) {
 TEST_F(CudaLayerNormFp8Test, Hidden2048BitIdentical) {
   Case(128, 2048, true, false, Fp8Format::kE4M3, 1.0f, true);
   Case(136, 2048, false, false, Fp8Format::kE5M2, 4.0f, true);  // a partial 32-row tile
+}
+
+// The kernel's block size follows the row count (8 warps per 32-row tile where that still
+// gives about 3 blocks per SM, else 16): the benchmark shapes at full size, each with a partial
+// last tile.
+TEST_F(CudaLayerNormFp8Test, BothBlockSizesBitIdentical) {
+  Case(16392, 768, true, false, Fp8Format::kE4M3, 1.0f, true);   // GPT-2: 8 warps
+  Case(16392, 768, false, false, Fp8Format::kE5M2, 2.0f, true);  //
+  Case(8200, 2048, true, false, Fp8Format::kE4M3, 1.0f, true);   // hidden-2048: 16 warps
+  Case(8200, 768, true, true, Fp8Format::kE4M3, 0.5f, true);     // seed: 16 warps
 }
 
 TEST_F(CudaLayerNormFp8Test, SaturationUnderflowAndNonFiniteBitIdentical) {

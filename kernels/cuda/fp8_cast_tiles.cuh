@@ -1,0 +1,199 @@
+// The vectorised FP8 cast-transpose tile kernel, shared by fp8.cu (CastFp8, CastFp8Grad) and
+// fp8_gelu.cu (GeluCastFp8). An element-wise stage (the Op) runs on each 8 BF16 values before
+// the cast: none, dGELU, GELU.
+//
+// For rows and cols multiples of 8, 16-byte-aligned inputs and 8-byte-aligned outputs: 64x64
+// tiles, 256 threads. Thread t owns columns 8·(t%8).. +7 of the tile's rows 2·(t/8) and
+// 2·(t/8)+1: it loads 16 bytes per row, applies the Op, casts 8 values per instruction group
+// (Cast8, fp8_cast.cuh), stores 8 codes per row, and writes each column's two codes (2 bytes)
+// into a transposed shared tile whose 8-byte chunks are swizzled by column so that neither
+// these writes nor the 8-byte reads that store the transpose collide in banks.
+//
+// Block (x, y) owns the 64-column strip x and the row tiles of chunk y, about one wave of
+// blocks in all; the next tile's loads are issued before this tile's arithmetic and stores (in
+// flight across them). With column sums (CastFp8Grad's bias gradient) each block writes its
+// strip's sums over its chunk into partial[y, cols] (FP32, summed in a fixed order:
+// deterministic).
+//
+// The kernel is a template over the Op; each .cu file instantiates it with its own Op types
+// (declared in that file's anonymous namespace, so instantiations compiled with different
+// flags never share a symbol). Nothing in the cast depends on -ftz (see fp8_cast.cuh).
+#ifndef BOULDER_KERNELS_CUDA_FP8_CAST_TILES_CUH_
+#define BOULDER_KERNELS_CUDA_FP8_CAST_TILES_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/fp8_cast.cuh"
+
+namespace boulder::kernels::cuda {
+
+inline constexpr int kCastTile = 64;
+inline constexpr int kCastTileThreads = 256;
+
+// Row r of column c of the transposed tile (the code of tile row r, column c) sits at byte
+// SwizzledRow(c, r) of the tile's row c: chunk r/8 exchanged with chunk (r/8) ^ (c/8 % 8).
+__device__ __forceinline__ int SwizzledRow(int c, int r) {
+  return (((r >> 3) ^ ((c >> 3) & 7)) << 3) | (r & 7);
+}
+
+// The Op concept (8 BF16 values packed in a uint4, value j in half j%2 of word j/2):
+//   static constexpr bool kReadsPre;  // whether it needs pre (same shape as inp)
+//   __device__ static uint4 Apply(uint4 x, uint4 p);  // 8 of inp (and of pre) -> 8 to cast
+
+// Blocks per SM the register allocation must allow: 5 (at most 51 registers) for the plain
+// and GELU casts, 4 (64) with a second input or column sums. Without the bound ptxas gives
+// some sm_90 variants 72-80 registers (3 blocks per SM: fewer loads in flight). On sm_80 (FP8
+// only on sm_89 GPUs, converting in software) the column sums keep 3: 64 registers spill.
+constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if (sums) return 3;
+#endif
+  return reads_pre || sums ? 4 : 5;
+}
+
+// Casts Op(inp, pre) for the tiles of strip blockIdx.x, chunk blockIdx.y; see above.
+// REQUIRES: rows, cols multiples of 8; inp, pre 16-byte aligned; out, out_t 8-byte aligned.
+template <bool kE4M3, class Op, bool kSums>
+__global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(Op::kReadsPre, kSums))
+    CastTilesKernel(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* __restrict__ inp,
+                    const __nv_bfloat16* __restrict__ pre, float* partial, int rows, int cols,
+                    int tiles_per_chunk, const float* scale_p, float* amax,
+                    unsigned long long* counts) {
+  __shared__ __align__(16) uint8_t tile_t[kCastTile][kCastTile];
+  __shared__ float col_sums[kSums ? kCastTileThreads / 8 : 1][kSums ? kCastTile : 1];
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
+  __syncthreads();
+  const float scale = *scale_p;
+  const int lane_c = (threadIdx.x % 8) * 8;  // this thread's first column of the tile
+  const int rp = threadIdx.x / 8;            // its rows 2·rp and 2·rp + 1
+  const int c0 = blockIdx.x * kCastTile, c = c0 + lane_c;
+  const int row_tiles = (rows + kCastTile - 1) / kCastTile;
+  const int t_begin = blockIdx.y * tiles_per_chunk;
+  const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  CastStats st;
+  // Rows and cols are multiples of 8: a thread's two rows and 8 columns are all in range or
+  // none.
+  uint4 next_x[2], next_p[2];
+  auto load = [&](int t) {
+    const int r = t * kCastTile + 2 * rp;
+    if (r < rows && c < cols) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        next_x[k] = *reinterpret_cast<const uint4*>(inp + size_t(r + k) * cols + c);
+        if (Op::kReadsPre) {
+          next_p[k] = *reinterpret_cast<const uint4*>(pre + size_t(r + k) * cols + c);
+        }
+      }
+    }
+  };
+  if (t_begin < t_end) load(t_begin);
+  for (int t = t_begin; t < t_end; ++t) {
+    const int r0 = t * kCastTile, r = r0 + 2 * rp;
+    const bool in_range = r < rows && c < cols;
+    uint4 g[2] = {next_x[0], next_x[1]};
+    // Without pre the next tile's loads go out before the stage's arithmetic (GELU's); with it
+    // (dGELU) after, when next_p is free again.
+    if (!Op::kReadsPre && t + 1 < t_end) load(t + 1);
+    if (in_range) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) g[k] = Op::Apply(g[k], next_p[k]);
+    }
+    if (Op::kReadsPre && t + 1 < t_end) load(t + 1);
+    __syncthreads();  // the previous tile's transpose has been read out of tile_t
+    if (in_range) {
+      uint2 q[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        float v[8];
+        q[k] = Cast8<kE4M3>(g[k], scale, st, v);
+        if (kSums) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) sums[j] += v[j];
+        }
+        if (out != nullptr) *reinterpret_cast<uint2*>(out + size_t(r + k) * cols + c) = q[k];
+      }
+      // Column lane_c + j gets the two rows' codes j: bytes j of q[0] and q[1].
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const unsigned lo = j < 4 ? q[0].x : q[0].y, hi = j < 4 ? q[1].x : q[1].y;
+        const unsigned pair = __byte_perm(lo, hi, (j % 4) | ((4 + j % 4) << 4));
+        *reinterpret_cast<uint16_t*>(&tile_t[lane_c + j][SwizzledRow(lane_c + j, 2 * rp)]) =
+            static_cast<uint16_t>(pair);
+      }
+    }
+    __syncthreads();
+    if (out_t != nullptr) {
+      // Row i of the transposed tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7.
+      const int chunk = (threadIdx.x % 8) * 8;
+#pragma unroll
+      for (int pass = 0; pass < 2; ++pass) {
+        const int i = threadIdx.x / 8 + 32 * pass;
+        const int cc = c0 + i, rr = r0 + chunk;
+        if (cc < cols && rr < rows) {
+          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
+              *reinterpret_cast<const uint2*>(&tile_t[i][SwizzledRow(i, chunk)]);
+        }
+      }
+    }
+  }
+  if (kSums) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) col_sums[rp][lane_c + j] = sums[j];
+    __syncthreads();
+    if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
+      float acc = 0.f;
+      for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
+      partial[size_t(blockIdx.y) * cols + c0 + threadIdx.x] = acc;
+    }
+  }
+  FlushCastStats(st, s_stats, threadIdx.x, amax, counts);  // synchronises before it reads
+}
+
+// How many blocks of CastTilesKernel<kE4M3, Op, kSums> fill the current device once.
+template <bool kE4M3, class Op, bool kSums>
+int CastTilesMaxBlocks() {
+  static const int max_blocks = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CastTilesKernel<kE4M3, Op, kSums>,
+                                                  kCastTileThreads, 0);
+    return std::max(1, sms * std::max(1, per_sm));
+  }();
+  return max_blocks;
+}
+
+// The grid for rows x cols: {chunks, tiles per chunk} filling about max_blocks blocks.
+struct CastTileGrid {
+  int chunks, per_chunk;
+};
+inline CastTileGrid PlanCastTiles(int rows, int cols, int max_blocks) {
+  const int col_tiles = (cols + kCastTile - 1) / kCastTile;
+  const int row_tiles = (rows + kCastTile - 1) / kCastTile;
+  const int want = std::max(1, std::min(row_tiles, max_blocks / col_tiles));
+  const int per_chunk = (row_tiles + want - 1) / want;
+  return {(row_tiles + per_chunk - 1) / per_chunk, per_chunk};
+}
+
+// Launches CastTilesKernel over about one wave of blocks: chunks of row tiles per column
+// strip, g.chunks of them (the rows of partial). Returns the launch's error.
+template <bool kE4M3, class Op, bool kSums>
+cudaError_t LaunchCastTiles(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp,
+                            const __nv_bfloat16* pre, float* partial, int rows, int cols,
+                            const CastTileGrid& g, const float* scale, float* amax,
+                            unsigned long long* counts, cudaStream_t s) {
+  const int col_tiles = (cols + kCastTile - 1) / kCastTile;
+  CastTilesKernel<kE4M3, Op, kSums><<<dim3(col_tiles, g.chunks), kCastTileThreads, 0, s>>>(
+      out, out_t, inp, pre, partial, rows, cols, g.per_chunk, scale, amax, counts);
+  return cudaGetLastError();
+}
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_FP8_CAST_TILES_CUH_
