@@ -112,8 +112,8 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     // (of the largest Linear).
     const int64_t scratch = 8 + counters + C * std::max(3 * C, F);
     // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps the
-    // FP8 weight [OC, K], qkv and fc1 their input's transpose [K, N].
-    const int64_t linears = N * 2 * C + (3 * C * C + C * C + C * F + F * C);
+    // FP8 weight [OC, K] (the backward recomputes every input transpose).
+    const int64_t linears = 3 * C * C + C * C + C * F + F * C;
     e.fp8_bytes = state + scratch + L * linears;
   }
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;

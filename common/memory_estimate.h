@@ -9,9 +9,9 @@
 // ("none", "mlp", "full"; empty reads as none) says. Precision fp8 trains in the backend's
 // compute dtype (bf16 on cuda, fp32 on the cpu emulation) and adds the FP8 buffers of
 // worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), one
-// shared FP8 weight transpose, and per layer and Linear the FP8 weight, for qkv and fc1 also
-// the saved transposed FP8 input; the FP8 cast scratch lives in two arena buffers (GELU's
-// output, dqkv), carved large enough for it. On cuda it adds
+// shared FP8 weight transpose, and per layer and Linear the FP8 weight (the backward
+// recomputes the FP8 input transposes); the FP8 cast scratch lives in two arena buffers
+// (GELU's output, dqkv), carved large enough for it. On cuda it adds
 // kCudaRuntimeReserveBytes for the CUDA context and cuBLASLt workspace, which the trainer does
 // not allocate through the model.
 //

@@ -116,12 +116,12 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   // [8192 x 3072] BF16) and dqkv (N·max(C,F) against [8192 x 2304] BF16) as they are.
   const int64_t shared_ln = 3 * 2 * int64_t{8192} * 768 * 2;
   EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes - shared_ln);
-  // 4 layers, C 768, F 3072, N = 32 x 256 rows, history 16: per layer qkv's and fc1's input
-  // transposes N·2C and the FP8 weights 3C² + C² + 2CF bytes, one shared weight transpose
-  // C·max(3C,F), and 48 tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot,
-  // a 16-entry history, 3 uint64 counters each; every region 256-byte aligned).
-  const int64_t C = 768, F = 3072, N = 32 * 256, L = 4;
-  const int64_t layers = L * (N * 2 * C + 4 * C * C + 2 * C * F);
+  // 4 layers, C 768, F 3072, history 16: per layer the FP8 weights 3C² + C² + 2CF bytes (no
+  // input transposes: the backward recomputes them), one shared weight transpose C·max(3C,F),
+  // and 48 tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot, a 16-entry
+  // history, 3 uint64 counters each; every region 256-byte aligned).
+  const int64_t C = 768, F = 3072, L = 4;
+  const int64_t layers = L * (4 * C * C + 2 * C * F);
   const int64_t scratch = C * F + 32;  // F > 3C; the recompute's discard slot
   const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
   EXPECT_EQ(fp8->fp8_bytes, layers + scratch + state);

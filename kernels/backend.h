@@ -228,7 +228,22 @@ class Backend {
                                            const void* bias, int N, int C, uint8_t* fp8_out,
                                            uint8_t* fp8_out_t, Fp8Format format, const float* scale,
                                            float* amax, uint64_t* counts);
-
+  // The backward's recomputation of that FP8 output from the LayerNorm's kept input and
+  // statistics (the FP8 path keeps no LayerNorm output per layer): inp [N, C] holds the rows
+  // that were normalised (ResidualLayerNormFp8Forward's a, or its residual), mean and rstd [N]
+  // what that LayerNorm saved; y = (x - mean) * rstd * weight + bias in the compute dtype,
+  // exactly as the forward computed it from the same statistics; fp8_out [N, C] and fp8_out_t
+  // [C, N] (either may be null, not both) = CastFp8(y) with CastFp8's statistics into amax and
+  // counts. scratch: [N, C] compute dtype for y where the backend does not fuse; its contents
+  // afterwards are unspecified.
+  // CONTRACT: the FP8 bytes, amax and counters are exactly those ResidualLayerNormFp8Forward
+  // (and so LayerNormForward followed by CastFp8) gave for the inputs that produced inp, mean
+  // and rstd, on every backend.
+  virtual void LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch,
+                                     const void* inp, const float* mean, const float* rstd,
+                                     const void* weight, const void* bias, int N, int C,
+                                     Fp8Format format, const float* scale, float* amax,
+                                     uint64_t* counts) = 0;
 
   // The backward's cast of a Linear's output gradient dout[rows, cols] (compute dtype):
   //   g = dout ⊙ gelu_tanh'(pre) when pre is not null (fc1), else dout;

@@ -313,6 +313,18 @@ void CpuBackend<S>::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int r
 }
 
 template <typename S>
+void CpuBackend<S>::LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch,
+                                          const void* inp, const float* mean, const float* rstd,
+                                          const void* weight, const void* bias, int N, int C,
+                                          Fp8Format format, const float* scale, float* amax,
+                                          uint64_t* counts) {
+  // The forward (Backend::ResidualLayerNormFp8Forward's default) casts LayerNormForward's out.
+  cpu::LayerNormFromStats(threads_, As<S>(scratch), As<S>(inp), mean, rstd, As<S>(weight),
+                          As<S>(bias), N, C);
+  cpu::CastFp8(fp8_out, fp8_out_t, As<S>(scratch), N, C, format, scale, amax, counts);
+}
+
+template <typename S>
 void CpuBackend<S>::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                               const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                               const float* b_scale_inv, const void* bias, int M, int N, int K,

@@ -34,6 +34,14 @@ inline RowStats<S> ComputeRowStats(const S* __restrict x, int C) {
   return {m, S{1} / std::sqrt(sq / C + static_cast<S>(kLayerNormEps))};
 }
 
+// out = (x - mean) * rstd * weight + bias: the one expression both LayerNormForward and
+// LayerNormFromStats evaluate, so their outputs agree bit for bit.
+template <typename S>
+inline void NormalizeRow(S* __restrict o, const S* __restrict x, S m, S s, const S* __restrict w,
+                         const S* __restrict bi, int C) {
+  for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + bi[c];
+}
+
 }  // namespace
 
 template <typename S>
@@ -49,11 +57,24 @@ void LayerNormForward(int threads, S* out, float* mean, float* rstd, const S* in
     const S* __restrict x = inp + static_cast<int64_t>(n) * C;
     S* __restrict o = out + static_cast<int64_t>(n) * C;
     const RowStats<S> st = ComputeRowStats(x, C);
-    const S m = st.mean;
-    const S s = st.rstd;
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + bi[c];
-    mean[n] = static_cast<float>(m);
-    rstd[n] = static_cast<float>(s);
+    NormalizeRow(o, x, st.mean, st.rstd, w, bi, C);
+    mean[n] = static_cast<float>(st.mean);
+    rstd[n] = static_cast<float>(st.rstd);
+  }
+}
+
+template <typename S>
+void LayerNormFromStats(int threads, S* out, const S* inp, const float* mean, const float* rstd,
+                        const S* weight, const S* bias, int N, int C) {
+  const bool parallel = WorthParallel(threads, static_cast<size_t>(N) * C * 2);
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+  for (int n = 0; n < N; ++n) {
+    const S* __restrict x = inp + static_cast<int64_t>(n) * C;
+    // FP32: the saved statistics are the forward's exactly (float m, s stored as float).
+    const RowStats<S> st = sizeof(S) > sizeof(float)
+                               ? ComputeRowStats(x, C)
+                               : RowStats<S>{static_cast<S>(mean[n]), static_cast<S>(rstd[n])};
+    NormalizeRow(out + static_cast<int64_t>(n) * C, x, st.mean, st.rstd, weight, bias, C);
   }
 }
 
@@ -116,6 +137,10 @@ template void LayerNormForward<float>(int, float*, float*, float*, const float*,
                                       const float*, int, int);
 template void LayerNormForward<double>(int, double*, float*, float*, const double*, const double*,
                                        const double*, int, int);
+template void LayerNormFromStats<float>(int, float*, const float*, const float*, const float*,
+                                        const float*, const float*, int, int);
+template void LayerNormFromStats<double>(int, double*, const double*, const float*, const float*,
+                                         const double*, const double*, int, int);
 template void LayerNormBackward<float>(int, float*, float*, float*, const float*, const float*,
                                        const float*, const float*, const float*, int, int);
 template void LayerNormBackward<double>(int, double*, double*, double*, const double*,

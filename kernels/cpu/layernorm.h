@@ -22,6 +22,14 @@ template <typename S>
 void LayerNormForward(int threads, S* out, float* mean, float* rstd, const S* inp, const S* weight,
                       const S* bias, int N, int C);
 
+// LayerNormForward's out again from its saved statistics (FP8 training's backward recomputes
+// a LayerNorm's output it did not keep): bit-identical to the out LayerNormForward wrote for
+// the same inp, weight and bias. FP32 uses mean and rstd as saved; FP64 recomputes them from
+// inp (its saved FP32 statistics are rounded), as the backward does.
+template <typename S>
+void LayerNormFromStats(int threads, S* out, const S* inp, const float* mean, const float* rstd,
+                        const S* weight, const S* bias, int N, int C);
+
 template <typename S>
 void LayerNormBackward(int threads, S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                        const S* weight, const float* mean, const float* rstd, int N, int C);

@@ -1,7 +1,9 @@
 // Backend::ResidualLayerNormFp8Forward's default (the cpu backend and its FP8 emulation) against
 // the ops its contract names: (Residual)LayerNormForward then CastFp8 — the FP8 bytes of both
 // layouts, residual, mean, rstd, amax and counters identical, and the bytes those of the
-// emulation's encoding (kernels/cpu/fp8.h) of the LayerNorm output.
+// emulation's encoding (kernels/cpu/fp8.h) of the LayerNorm output. And the cpu backend's
+// LayerNormFp8FromStats (FP8 training's backward) against that forward: the same bytes, amax
+// and counters from the kept input and statistics, on the FP32 and FP64 backends.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -108,6 +110,73 @@ TEST(LayerNormFp8Test, DefaultMatchesLayerNormThenCastFp8) {
       }
     }
   }
+}
+
+// The forward (ResidualLayerNormFp8Forward), then LayerNormFp8FromStats from what it kept (the
+// residual, or a; mean; rstd) with fresh statistics: the bytes, amax and counters must match.
+// S: the backend's compute type.
+template <typename S>
+void ExpectFromStatsMatchesForward(Backend& be, bool with_residual, int N, int C, Fp8Format f,
+                                   float scale, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << be.name() << " " << sizeof(S) * 8 << "-bit " << N << "x" << C
+                                  << (with_residual ? " residual " : " plain ") << Fp8FormatName(f)
+                                  << " scale " << scale);
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> d(0.2, 1.5);
+  const size_t n = size_t(N) * C;
+  std::vector<S> a(n), b(n), w(C), bias(C), residual(n, S(-7)), ln(n, S(3));
+  for (auto* v : {&a, &b, &w, &bias})
+    for (S& x : *v) x = static_cast<S>(d(rng));
+  for (int c = 0; c < C; c += 7) w[c] *= 50;  // outliers to saturate
+  a[size_t(N / 2) * C + 1] = std::numeric_limits<S>::infinity();
+  std::vector<float> mean(N, -1.0f), rstd(N, -1.0f);
+  std::vector<uint8_t> q(n, 0x55), q_t(n, 0x55);
+  float amax = 0.25f;
+  std::vector<uint64_t> counts = {5, 6, 7};
+  be.ResidualLayerNormFp8Forward(with_residual ? residual.data() : nullptr, ln.data(), mean.data(),
+                                 rstd.data(), a.data(), b.data(), w.data(), bias.data(), N, C,
+                                 q.data(), q_t.data(), f, &scale, &amax, counts.data());
+  const std::vector<S>& x = with_residual ? residual : a;
+  std::vector<S> scratch(n, S(9));
+  std::vector<uint8_t> rq(n, 0xAA), rq_t(n, 0xAA);
+  float ramax = 0.25f;
+  std::vector<uint64_t> rcounts = {5, 6, 7};
+  be.LayerNormFp8FromStats(rq.data(), rq_t.data(), scratch.data(), x.data(), mean.data(),
+                           rstd.data(), w.data(), bias.data(), N, C, f, &scale, &ramax,
+                           rcounts.data());
+  EXPECT_TRUE(be.Synchronize().ok());
+  EXPECT_EQ(rq, q);
+  EXPECT_EQ(rq_t, q_t);
+  EXPECT_EQ(std::memcmp(&ramax, &amax, 4), 0);
+  EXPECT_EQ(rcounts, counts);
+  EXPECT_GT(counts[kFp8NonFinite], 7u);  // the inf element
+  if (scale > 1000.0f) {
+    EXPECT_GT(counts[kFp8Saturated], 5u);
+  }
+  // The transpose alone, as the model's backward asks for it.
+  std::vector<uint8_t> only_t(n, 0xAA);
+  ramax = 0.25f;
+  be.LayerNormFp8FromStats(nullptr, only_t.data(), scratch.data(), x.data(), mean.data(),
+                           rstd.data(), w.data(), bias.data(), N, C, f, &scale, &ramax,
+                           rcounts.data());
+  EXPECT_EQ(only_t, q_t);
+}
+
+TEST(LayerNormFp8Test, FromStatsGivesTheForwardsBytes) {
+  std::unique_ptr<Backend> f32 = NewCpuBackend(2);
+  std::unique_ptr<Backend> f64 = NewCpuBackendF64(2);
+  uint32_t seed = 3;
+  for (bool with_residual : {false, true}) {
+    for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+      for (float scale : {1.0f, 3000.0f}) {
+        ExpectFromStatsMatchesForward<float>(*f32, with_residual, 12, 20, f, scale, ++seed);
+        ExpectFromStatsMatchesForward<double>(*f64, with_residual, 12, 20, f, scale, ++seed);
+      }
+    }
+  }
+  // Large enough for the row loop to run on both threads.
+  ExpectFromStatsMatchesForward<float>(*f32, true, 512, 768, Fp8Format::kE4M3, 2.0f, 99);
+  ExpectFromStatsMatchesForward<double>(*f64, false, 512, 768, Fp8Format::kE4M3, 2.0f, 100);
 }
 
 }  // namespace

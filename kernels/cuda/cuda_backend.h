@@ -106,7 +106,12 @@ class CudaBackend final : public Backend {
                                    const void* bias, int N, int C, uint8_t* fp8_out,
                                    uint8_t* fp8_out_t, Fp8Format format, const float* scale,
                                    float* amax, uint64_t* counts) override;
-  // Off: ResidualLayerNormFp8Forward runs the unfused LayerNorm then CastFp8 (benchmarks).
+  void LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch, const void* inp,
+                             const float* mean, const float* rstd, const void* weight,
+                             const void* bias, int N, int C, Fp8Format format, const float* scale,
+                             float* amax, uint64_t* counts) override;
+  // Off: ResidualLayerNormFp8Forward and LayerNormFp8FromStats run the unfused LayerNorm then
+  // CastFp8 (benchmarks, tests).
   void set_fused_layernorm_fp8(bool on) { fused_layernorm_fp8_ = on; }
   void CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias, int rows,
                    int cols, Fp8Format format, const float* scale, float* amax,

@@ -96,6 +96,38 @@ void CudaBackend::ResidualLayerNormFp8Forward(void* residual, void* out, float* 
         "ResidualLayerNormFp8Forward");
 }
 
+void CudaBackend::LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch,
+                                        const void* inp, const float* mean, const float* rstd,
+                                        const void* weight, const void* bias, int N, int C,
+                                        Fp8Format format, const float* scale, float* amax,
+                                        uint64_t* counts) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE_FP8(fp8_out != nullptr || fp8_out_t != nullptr,
+                      "LayerNormFp8FromStats without an FP8 output");
+  BOULDER_REQUIRE_FP8(C % 8 == 0, absl::StrCat("hidden ", C, " is not a multiple of 8"));
+  auto* cnt = reinterpret_cast<unsigned long long*>(counts);
+  const bool e4m3 = format == Fp8Format::kE4M3;
+  if (fused_layernorm_fp8_ &&
+      cuda::LayerNormFp8Fusable(nullptr, inp, nullptr, weight, bias, fp8_out, fp8_out_t, N, C)) {
+    ProfileScope profile(this, "LayerNormFp8FromStats");
+    Check(cuda::LayerNormFp8FromStats(static_cast<const bf16*>(inp), mean, rstd,
+                                      static_cast<const bf16*>(weight),
+                                      static_cast<const bf16*>(bias), N, C, fp8_out, fp8_out_t,
+                                      e4m3, scale, amax, cnt, stream_),
+          "LayerNormFp8FromStats");
+    return;
+  }
+  // Unfused, as the forward's fallback: y into scratch, then CastFp8.
+  {
+    ProfileScope profile(this, "LayerNormFromStats");
+    Check(cuda::LayerNormFromStats(static_cast<bf16*>(scratch), static_cast<const bf16*>(inp), mean,
+                                   rstd, static_cast<const bf16*>(weight),
+                                   static_cast<const bf16*>(bias), N, C, stream_),
+          "LayerNormFromStats");
+  }
+  CastFp8(fp8_out, fp8_out_t, scratch, N, C, format, scale, amax, counts);
+}
+
 void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,

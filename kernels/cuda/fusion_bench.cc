@@ -10,7 +10,11 @@
 //   residual+ln    ResidualLayerNormForward;
 //   ln+fp8 cast    ResidualLayerNormFp8Forward (FP8 GPUs only): the LayerNorm writing its
 //                  Linear's FP8 input and transpose, against ResidualLayerNormForward + CastFp8
-//                  (CudaBackend::set_fused_layernorm_fp8).
+//                  (CudaBackend::set_fused_layernorm_fp8);
+//   ln fp8 recomp  LayerNormFp8FromStats (FP8 GPUs only): the backward recomputing that FP8
+//                  transpose from the kept input and statistics, against LayerNormFromStats +
+//                  CastFp8; its fused time x 2 x layers is what the recomputation adds to a
+//                  step (printed as "recompute adds").
 // "per step" multiplies by the op's count in one step (layers, or 2 x layers for the LayerNorm).
 //
 //   fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic]
@@ -224,6 +228,18 @@ int main(int argc, char** argv) {
       const double unfused = b.Time(op);
       be->set_fused_layernorm_fp8(true);
       Row("ln+fp8 cast", fused, unfused, 2 * w.layers, &saved);
+      // The backward's recomputation of qkv's and fc1's FP8 input transpose.
+      auto recompute = [&] {
+        be->LayerNormFp8FromStats(nullptr, q_t, out, res, mean, rstd, lw, lb, w.N, w.C,
+                                  boulder::kernels::Fp8Format::kE4M3, scale, amax, counts);
+      };
+      const double re_fused = b.Time(recompute);
+      be->set_fused_layernorm_fp8(false);
+      const double re_unfused = b.Time(recompute);
+      be->set_fused_layernorm_fp8(true);
+      Row("ln fp8 recomp", re_fused, re_unfused, 2 * w.layers, &saved);
+      std::printf("  recompute adds %.3f ms/step (%4.0f GB/s)\n", re_fused * 2 * w.layers,
+                  N * C * 3.0 / (re_fused * 1e-3) / 1e9);
     }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());

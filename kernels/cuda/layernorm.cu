@@ -5,6 +5,10 @@
 // second and third reads hit L1/L2), out = (x - mean) * rstd * w + b in BF16; mean and rstd
 // saved in FP32. The FP8 forward (LayerNormFp8Kernel) runs the same per-row code and casts
 // the BF16 output to FP8 (row-major and transposed) in the same pass instead of writing it.
+// FP8 training's backward recomputes that FP8 output from the kept input and statistics
+// (LayerNormFp8FromStats: the same kernel reading mean and rstd instead of computing them, or
+// LayerNormFromStatsKernel then CastFp8): the same floats through the same LayerNormChunk give
+// the same BF16 y, so the same FP8 bytes.
 // Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
 // stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
 // dout * xhat and dout over the rows (see reduce.cu). For C = 256, 512, 768 one kernel does
@@ -77,6 +81,20 @@ __device__ __forceinline__ Bf16x8 LayerNormChunk(const bf16* x, const bf16* w, c
   return r;
 }
 
+// LayerNormForwardKernel's out from the mean and rstd it saved (the FP8 backward's unfused
+// recomputation): LayerNormChunk on the same floats, bit-identical.
+__global__ void LayerNormFromStatsKernel(bf16* out, const bf16* inp, const float* mean_in,
+                                         const float* rstd_in, const bf16* w, const bf16* b, int N,
+                                         int C) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const float mean = mean_in[row], rstd = rstd_in[row];
+  const bf16* x = inp + size_t(row) * C;
+  bf16* o = out + size_t(row) * C;
+  for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
+}
+
 template <bool kResidual>
 __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out, const bf16* inp,
                                        const bf16* w, const bf16* b, int N, int C, bf16* residual,
@@ -102,17 +120,21 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
 // ([kFp8Rows][C + 8] bytes, dynamic), from which the block writes the transpose: each thread
 // gathers 8 rows of one column into an 8-byte word of out_t's row (32-byte runs per column).
 // The BF16 y is never written. kWarps is 8 (4 rows per warp), or 16 where 8-warp blocks would
-// leave the GPU short of warps (see Fp8BlockWarps).
+// leave the GPU short of warps (see Fp8BlockWarps). kFromStats (Backend::LayerNormFp8FromStats):
+// the rows are inp's as they stand and their mean and rstd are read from kept_mean and
+// kept_rstd (nothing is written but the FP8 outputs and the statistics of the cast).
 constexpr int kFp8Rows = 32;
 
 __host__ __device__ constexpr int Fp8TilePitch(int C) { return C + 8; }
 
-template <bool kResidual, int kWarps>
+template <bool kResidual, bool kFromStats, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps)
     LayerNormFp8Kernel(uint8_t* q_out, uint8_t* q_out_t, float* mean_out, float* rstd_out,
-                       const bf16* inp, const bf16* w, const bf16* b, int N, int C, bf16* residual,
-                       const bf16* ra, const bf16* rb, bool e4m3, const float* scale_p, float* amax,
+                       const float* kept_mean, const float* kept_rstd, const bf16* inp,
+                       const bf16* w, const bf16* b, int N, int C, bf16* residual, const bf16* ra,
+                       const bf16* rb, bool e4m3, const float* scale_p, float* amax,
                        unsigned long long* counts) {
+  static_assert(!(kResidual && kFromStats), "the kept rows are already the residual");
   extern __shared__ __align__(16) uint8_t tile[];  // [kFp8Rows][Fp8TilePitch(C)]
   __shared__ BlockCastStats s_stats;
   InitBlockCastStats(s_stats, threadIdx.x);
@@ -125,7 +147,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int i = warp; i < kFp8Rows && r0 + i < N; i += kWarps) {
     const int row = r0 + i;
     float mean, rstd;
-    const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+    const bf16* x;
+    if constexpr (kFromStats) {
+      mean = kept_mean[row];
+      rstd = kept_rstd[row];
+      x = inp + size_t(row) * C;
+    } else {
+      x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+    }
     for (int c = lane * 8; c < C; c += 256) {
       const Bf16x8 y = LayerNormChunk(x, w, b, c, mean, rstd);
       uint2 packed;
@@ -136,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (q_out != nullptr) *reinterpret_cast<uint2*>(q_out + size_t(row) * C + c) = packed;
       *reinterpret_cast<uint2*>(tile + i * pitch + c) = packed;
     }
-    if (lane == 0) {
+    if (!kFromStats && lane == 0) {
       mean_out[row] = mean;
       rstd_out[row] = rstd;
     }
@@ -183,6 +212,24 @@ int Fp8BlockWarps(int N) {
     return 3 * sms;
   }();
   return CeilDiv(N, kFp8Rows) >= unsigned(min_blocks) ? 8 : 16;
+}
+
+// Lets every LayerNormFp8Kernel take the device's whole opt-in shared memory (once).
+cudaError_t AllowFp8TileSmem() {
+  static const cudaError_t err = [] {
+    const int bytes = MaxDynamicSmem();
+    for (const void* k : {reinterpret_cast<const void*>(LayerNormFp8Kernel<true, false, 8>),
+                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, false, 8>),
+                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, true, 8>),
+                          reinterpret_cast<const void*>(LayerNormFp8Kernel<true, false, 16>),
+                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, false, 16>),
+                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, true, 16>)}) {
+      cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }();
+  return err;
 }
 
 bool Aligned(const void* p, uintptr_t bytes) {
@@ -416,28 +463,44 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   if (!LayerNormFp8Fusable(residual, a, b, weight, bias, fp8_out, fp8_out_t, N, C)) {
     return cudaErrorInvalidValue;
   }
+  if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const size_t smem = Fp8TileBytes(C);
-  static const cudaError_t attr_err = [] {
-    for (auto* kernel : {LayerNormFp8Kernel<true, 8>, LayerNormFp8Kernel<false, 8>,
-                         LayerNormFp8Kernel<true, 16>, LayerNormFp8Kernel<false, 16>}) {
-      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           MaxDynamicSmem());
-      if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-  }();
-  if (attr_err != cudaSuccess) return attr_err;
   const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
-  auto kernel = residual != nullptr
-                    ? (warps == 8 ? LayerNormFp8Kernel<true, 8> : LayerNormFp8Kernel<true, 16>)
-                    : (warps == 8 ? LayerNormFp8Kernel<false, 8> : LayerNormFp8Kernel<false, 16>);
   if (residual != nullptr) {
-    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, weight, bias,
-                                            N, C, residual, a, b, e4m3, scale, amax, counts);
+    auto kernel = warps == 8 ? LayerNormFp8Kernel<true, false, 8> : LayerNormFp8Kernel<true, false, 16>;
+    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr,
+                                            nullptr, weight, bias, N, C, residual, a, b, e4m3,
+                                            scale, amax, counts);
   } else {
-    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, a, weight, bias, N, C,
-                                            nullptr, nullptr, nullptr, e4m3, scale, amax, counts);
+    auto kernel =
+        warps == 8 ? LayerNormFp8Kernel<false, false, 8> : LayerNormFp8Kernel<false, false, 16>;
+    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr, a,
+                                            weight, bias, N, C, nullptr, nullptr, nullptr, e4m3,
+                                            scale, amax, counts);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LayerNormFromStats(bf16* out, const bf16* inp, const float* mean, const float* rstd,
+                               const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
+  LayerNormFromStatsKernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, inp, mean, rstd, weight, bias, N, C);
+  return cudaGetLastError();
+}
+
+cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const float* rstd,
+                                  const bf16* weight, const bf16* bias, int N, int C,
+                                  uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
+                                  const float* scale, float* amax, unsigned long long* counts,
+                                  cudaStream_t s) {
+  if (!LayerNormFp8Fusable(nullptr, inp, nullptr, weight, bias, fp8_out, fp8_out_t, N, C)) {
+    return cudaErrorInvalidValue;
+  }
+  if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
+  const int warps = Fp8BlockWarps(N);
+  auto kernel = warps == 8 ? LayerNormFp8Kernel<false, true, 8> : LayerNormFp8Kernel<false, true, 16>;
+  kernel<<<CeilDiv(N, kFp8Rows), 32 * warps, Fp8TileBytes(C), s>>>(
+      fp8_out, fp8_out_t, nullptr, nullptr, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,
+      nullptr, e4m3, scale, amax, counts);
   return cudaGetLastError();
 }
 

@@ -5,7 +5,10 @@
 // amax and the saturated / underflow / non-finite counters must match exactly — with scales
 // that saturate, that flush most values to zero, with a non-finite input row, with residual
 // aliasing its input, for both block sizes of the kernel (8 and 16 warps, chosen by the row
-// count), and for shapes that take the unfused fallback.
+// count), and for shapes that take the unfused fallback. And Backend::LayerNormFp8FromStats (FP8
+// training's backward recomputing qkv's and fc1's FP8 input from the LayerNorm's kept input,
+// mean and rstd) against the forward's bytes and statistics, fused and unfused, on the same
+// kinds of inputs and shapes.
 // Skips, saying so, without a GPU of compute capability 8.9 or higher.
 #include <cstdint>
 #include <cstring>
@@ -178,6 +181,79 @@ class CudaLayerNormFp8Test : public ::testing::Test {
   }
   static const char* FormatName(Fp8Format f) { return Fp8FormatName(f); }
 
+  // The forward (ResidualLayerNormFp8Forward, fused or not), then LayerNormFp8FromStats (fused
+  // or not) from the residual (or a), mean and rstd it kept, with statistics starting from the
+  // same values: the FP8 bytes (both layouts, and the transpose alone), amax and counters must
+  // be the forward's.
+  void FromStatsCase(int N, int C, bool with_residual, Fp8Format f, float scale, bool forward_fused,
+                     bool recompute_fused, bool non_finite = false) {
+    SCOPED_TRACE(absl::StrCat("from stats ", N, "x", C, with_residual ? " residual" : " plain", " ",
+                              FormatName(f), " scale ", scale, forward_fused ? " fwd fused" : "",
+                              recompute_fused ? " recompute fused" : "",
+                              non_finite ? " non-finite" : ""));
+    const size_t n = size_t(N) * C;
+    std::vector<float> a = Normal(n, 0.3f, 1.5f), b = Normal(n, -0.1f, 1.5f);
+    std::vector<float> w = Normal(C, 1.0f, 0.5f), bias = Normal(C, 0.0f, 0.2f);
+    for (int c = 0; c < C; c += 37) w[c] *= 40.0f;
+    if (non_finite) {
+      a[size_t(N / 2) * C + 3] = std::numeric_limits<float>::infinity();
+      a[size_t(N - 1) * C + C - 1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    void* da = UploadBF16(a);
+    void* db = UploadBF16(b);
+    void* dw = UploadBF16(w);
+    void* dbias = UploadBF16(bias);
+    void* residual = with_residual ? UploadBF16(std::vector<float>(n, -7.0f)) : nullptr;
+    void* ln = UploadBF16(std::vector<float>(n, 3.0f));
+    float* mean = Upload(std::vector<float>(N, -1.0f));
+    float* rstd = Upload(std::vector<float>(N, -1.0f));
+    float* d_scale = Upload(std::vector<float>{scale});
+    auto fp8 = [&] { return Upload(std::vector<uint8_t>(n, 0x55)); };
+    auto amax = [&] { return Upload(std::vector<float>{0.25f}); };
+    auto counts = [&] { return Upload(std::vector<uint64_t>{5, 6, 7}); };
+    uint8_t *q = fp8(), *q_t = fp8(), *rq = fp8(), *rq_t = fp8(), *only_t = fp8();
+    float *fwd_amax = amax(), *re_amax = amax(), *only_amax = amax();
+    uint64_t *fwd_counts = counts(), *re_counts = counts(), *only_counts = counts();
+    gpu_->set_fused_layernorm_fp8(forward_fused);
+    gpu_->ResidualLayerNormFp8Forward(residual, ln, mean, rstd, da, db, dw, dbias, N, C, q, q_t, f,
+                                      d_scale, fwd_amax, fwd_counts);
+    // The recomputation's scratch is the forward's BF16 LayerNorm buffer, as in the model.
+    const void* x = with_residual ? residual : da;
+    gpu_->set_fused_layernorm_fp8(recompute_fused);
+    gpu_->LayerNormFp8FromStats(rq, rq_t, ln, x, mean, rstd, dw, dbias, N, C, f, d_scale, re_amax,
+                                re_counts);
+    gpu_->LayerNormFp8FromStats(nullptr, only_t, ln, x, mean, rstd, dw, dbias, N, C, f, d_scale,
+                                only_amax, only_counts);
+    gpu_->set_fused_layernorm_fp8(true);
+    const std::vector<uint8_t> want_q = Download<uint8_t>(q, n);
+    const std::vector<uint8_t> want_t = Download<uint8_t>(q_t, n);
+    EXPECT_EQ(Diff(Download<uint8_t>(rq, n), want_q), "") << "row-major FP8 bytes";
+    EXPECT_EQ(Diff(Download<uint8_t>(rq_t, n), want_t), "") << "transposed FP8 bytes";
+    EXPECT_EQ(Diff(Download<uint8_t>(only_t, n), want_t), "") << "transpose-only FP8 bytes";
+    const uint32_t want_amax = Download<uint32_t>(fwd_amax, 1)[0];
+    EXPECT_EQ(Download<uint32_t>(re_amax, 1)[0], want_amax) << "amax differs";
+    EXPECT_EQ(Download<uint32_t>(only_amax, 1)[0], want_amax) << "transpose-only amax differs";
+    const std::vector<uint64_t> want_counts = Download<uint64_t>(fwd_counts, 3);
+    EXPECT_EQ(Diff(Download<uint64_t>(re_counts, 3), want_counts), "") << "counters";
+    EXPECT_EQ(Diff(Download<uint64_t>(only_counts, 3), want_counts), "")
+        << "transpose-only counters";
+    // The cases exercise what they claim.
+    if (scale >= 1000.0f) {
+      EXPECT_GT(want_counts[kFp8Saturated], 5u) << "no saturation";
+    }
+    if (scale <= 1e-4f) {
+      EXPECT_GT(want_counts[kFp8Underflow], 6u) << "no underflow";
+    }
+    if (non_finite) {
+      EXPECT_GT(want_counts[kFp8NonFinite], 7u) << "no non-finite element";
+    }
+    // The forward's transpose is its row-major output transposed (it wrote them both).
+    int wrong_t = 0;
+    for (int r = 0; r < N; ++r)
+      for (int c = 0; c < C; ++c) wrong_t += want_t[size_t(c) * N + r] != want_q[size_t(r) * C + c];
+    EXPECT_EQ(wrong_t, 0);
+  }
+
   std::unique_ptr<CudaBackend> gpu_;
   std::vector<void*> owned_;
   std::mt19937 rng_;
@@ -231,6 +307,38 @@ TEST_F(CudaLayerNormFp8Test, SmallAndOddShapes) {
   Case(8, 8, false, false, Fp8Format::kE4M3, 1.0f, true);
   Case(12, 64, true, false, Fp8Format::kE4M3, 1.0f, false);    // N % 8: the unfused fallback
   Case(1, 3000, false, false, Fp8Format::kE5M2, 1.0f, false);  // N % 8 and wide
+}
+
+TEST_F(CudaLayerNormFp8Test, FromStatsGivesTheForwardsBytes) {
+  // The model's shapes (seed and GPT-2: C 768; hidden-2048), fused forward and recompute.
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    FromStatsCase(8192, 768, true, f, 1.0f, true, true);
+    FromStatsCase(1024, 2048, false, f, 2.0f, true, true);
+  }
+  FromStatsCase(1024, 2048, true, Fp8Format::kE4M3, 0.5f, true, true);
+  // Every pairing of fused and unfused forward and recomputation.
+  for (bool forward_fused : {false, true}) {
+    for (bool recompute_fused : {false, true}) {
+      FromStatsCase(256, 768, true, Fp8Format::kE4M3, 1.0f, forward_fused, recompute_fused);
+    }
+  }
+}
+
+TEST_F(CudaLayerNormFp8Test, FromStatsSaturationUnderflowAndNonFinite) {
+  FromStatsCase(96, 768, true, Fp8Format::kE4M3, 4096.0f, true, true);
+  FromStatsCase(96, 768, false, Fp8Format::kE5M2, 1e6f, true, true);
+  FromStatsCase(96, 768, true, Fp8Format::kE4M3, 1e-5f, true, true);
+  FromStatsCase(96, 768, true, Fp8Format::kE4M3, 1.0f, true, true, /*non_finite=*/true);
+  FromStatsCase(96, 768, true, Fp8Format::kE4M3, 1.0f, false, false, /*non_finite=*/true);
+}
+
+TEST_F(CudaLayerNormFp8Test, FromStatsOddShapes) {
+  FromStatsCase(136, 2048, false, Fp8Format::kE5M2, 4.0f, true, true);  // a partial 32-row tile
+  FromStatsCase(40, 24, true, Fp8Format::kE4M3, 8.0f, true, true);      // 2 tiles, 3 column chunks
+  FromStatsCase(8, 8, false, Fp8Format::kE4M3, 1.0f, true, true);
+  FromStatsCase(12, 64, true, Fp8Format::kE4M3, 1.0f, true, true);    // N % 8: unfused both
+  FromStatsCase(1, 3000, false, Fp8Format::kE5M2, 1.0f, true, true);  // N % 8 and wide
+  FromStatsCase(100, 776, true, Fp8Format::kE4M3, 2.0f, true, true);  // N % 8, C % 32 != 0
 }
 
 }  // namespace

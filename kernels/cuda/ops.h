@@ -85,6 +85,18 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
                                         int C, uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
                                         const float* scale, float* amax, unsigned long long* counts,
                                         cudaStream_t s);
+// Backend::LayerNormFp8FromStats: out = LayerNormForward's out again from the mean and rstd
+// it saved for inp (bit-identical), and the fused form without the BF16 output (fp8_out,
+// fp8_out_t either may be null; only when LayerNormFp8Fusable(nullptr, inp, nullptr, ...),
+// otherwise cudaErrorInvalidValue without launching), bit-identical to the FP8 forward's bytes
+// and statistics for the inputs that gave inp, mean and rstd.
+cudaError_t LayerNormFromStats(bf16* out, const bf16* inp, const float* mean, const float* rstd,
+                               const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s);
+cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const float* rstd,
+                                  const bf16* weight, const bf16* bias, int N, int C,
+                                  uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
+                                  const float* scale, float* amax, unsigned long long* counts,
+                                  cudaStream_t s);
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);

@@ -145,8 +145,10 @@ absl::Status Model::Allocate() {
     const Recompute mode = options_.recompute;
     LayerActs shared{};
     // FP8 training without recompute: the LayerNorm outputs feed only their Linears' FP8
-    // casts (the backward reads the FP8 transposes, and LayerNorm's backward its input), so
-    // one pair serves every layer. (kMlp's recompute reads ln2 again: kept per layer there.)
+    // casts (the backward recomputes the FP8 transposes from LayerNorm's kept input and
+    // statistics, as LayerNorm's backward reads them), so one pair serves every layer, and is
+    // the backward's scratch for that recomputation. (kMlp's recompute reads ln2 again: kept
+    // per layer there.)
     const bool shared_ln = options_.fp8.enabled && mode == Recompute::kNone;
     if (shared_ln) {
       shared.ln1 = take(R * C * elem_);

@@ -326,10 +326,9 @@ class Model {
   std::function<void(int)> on_bucket_ready_;
   float* adamw_step_ = nullptr;  // [Backend::kAdamWStepFloats]: SetOptimizerStep's values
 
-  // FP8 (model_fp8.cc). Per layer and Linear: the FP8 weight, cast once per optimizer step,
-  // and for qkv and fc1 the saved transposed FP8 input (for the weight gradient). The
-  // attention projection's and fc2's input transposes and every weight transpose are
-  // recomputed in the backward (null here) unless options.fp8_keep_transposes.
+  // FP8 (model_fp8.cc). Per layer and Linear: the FP8 weight, cast once per optimizer step.
+  // The input transposes (for the weight gradient) and the weight transposes are recomputed in
+  // the backward (null here) unless options.fp8_keep_transposes.
   struct Fp8LinearBuffers {
     uint8_t* input_t = nullptr;   // [K, N]
     uint8_t* weight = nullptr;    // [OC, K]
@@ -338,9 +337,9 @@ class Model {
   };
   std::unique_ptr<Fp8State> fp8_;
   std::vector<Fp8LinearBuffers> fp8_linears_;  // [layers * Fp8State::kLinears]
-  // In the arena's act_.dqkv (free in the forward, and in a layer's backward until attention's
-  // backward writes it): the forward's FP8 input [N, max(C, F)], and in the backward the
-  // recomputed input transposes of the attention projection and fc2.
+  // In the arena's act_.dqkv (free in the forward, and in a layer's backward except between
+  // attention's backward writing it and qkv's gradient cast reading it): the forward's FP8
+  // input [N, max(C, F)], and in the backward the recomputed input transposes.
   uint8_t* fp8_input_ = nullptr;
   // In the arena's GELU buffer (free in the backward once fc2's input is recomputed from it):
   // the backward's FP8 output gradient [N, max(3C, F)] and its transpose.

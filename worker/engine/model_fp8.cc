@@ -1,25 +1,32 @@
 // The Model's FP8 path (Transformer Engine's delayed scaling) for the four Linears of every
 // layer. Per training micro-batch:
-//   forward:  input -> cast (E4M3, the input's scale) into the shared scratch; for qkv and
-//             fc1 the cast also writes the input's transpose, kept per layer for the weight
-//             gradient; weight -> cast once per optimizer step (row-major, kept per layer);
+//   forward:  input -> cast (E4M3, the input's scale) into the shared scratch (for qkv and fc1
+//             by their LayerNorm, Backend::ResidualLayerNormFp8Forward, when nothing is
+//             recomputed); weight -> cast once per optimizer step (row-major, kept per layer);
 //             out = FP8 GEMM (fast accumulation) + bias; fc1 writes only its pre-activation,
 //             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
 //             no BF16 GELU output is written or read);
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
 //             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> cast into one shared buffer;
-//             dinp = FP8 GEMM(dout, weightᵀ); the attention projection's input transpose is
-//             cast again from the kept attention output, fc2's recomputed from fc1's kept
-//             pre-activation (Backend::GeluCastFp8), each into the shared scratch;
-//             dweight += FP8 GEMM(doutᵀ, inputᵀ).
-// Every recomputed operand uses the step's scales: the weightᵀ and the projection's inputᵀ are
-// the bytes the forward's casts would have written, and so is fc2's inputᵀ (GeluCastFp8 of
+//             dinp = FP8 GEMM(dout, weightᵀ); the input's transpose recomputed into the shared
+//             scratch: fc2's from fc1's kept pre-activation (Backend::GeluCastFp8, before the
+//             gradient cast, whose output may share the GELU buffer), then the others after
+//             the gradient cast (the scratch is act_.dqkv, qkv's dout): the attention
+//             projection's cast again from the kept attention output, qkv's and fc1's from
+//             their LayerNorm's kept input, mean and rstd (Backend::LayerNormFp8FromStats: the
+//             arena shares the LayerNorm outputs between layers) or, under activation
+//             checkpointing, cast again from the LayerNorm output (kept per layer in kMlp,
+//             recomputed in kFull); dweight += FP8 GEMM(doutᵀ, inputᵀ).
+// Every recomputed operand uses the step's scales and is the bytes the forward's cast wrote:
+// the weightᵀ, the inputsᵀ of qkv, the projection and fc1, and fc2's inputᵀ (GeluCastFp8 of
 // the same kept pre-activation, as in the forward).
 // Statistics: the amaxes and counters of every forward cast and backward gradient cast
 // accumulate in Fp8State until Fp8EndStep. An input's statistics are its forward cast's, a
 // weight's its once-per-step cast's (over the same elements its transpose holds); the
 // backward's recomputing casts, and activation checkpointing's recomputed Linears
 // (RecomputeLayer), record nothing (their amax and counters go to fp8_discard_).
+// Memory: per layer only the four FP8 weights (one byte per weight); the scratch is in the
+// arena, and one weight transpose (of the largest Linear) is shared.
 // ModelOptions::fp8_keep_transposes keeps every input and weight transpose per layer instead
 // (the layout before the recomputation, for tests).
 #include <algorithm>
@@ -58,11 +65,7 @@ absl::Status Model::AllocateFp8() {
     for (int t = 0; t < Fp8State::kLinears && s.ok(); ++t) {
       Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
       const size_t K = dims[t][0], OC = dims[t][1];
-      // qkv's and fc1's inputs (the LayerNorm outputs) are not kept in the compute dtype
-      // when the arena shares them between layers: their transposes are.
-      const bool keeps_input =
-          keep || t == static_cast<int>(Fp8Linear::kQkv) || t == static_cast<int>(Fp8Linear::kFc1);
-      if (keeps_input) s = alloc(K * N, &b.input_t);
+      if (keep) s = alloc(K * N, &b.input_t);
       if (s.ok()) s = alloc(OC * K, &b.weight);
       if (s.ok() && keep) s = alloc(K * OC, &b.weight_t);
     }
@@ -102,7 +105,7 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     cast_input(nullptr, reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
   } else if (fp8_input_cast_by_ln_ == layer * Fp8State::kLinears + static_cast<int>(t)) {
-    // LayerNormBeforeLinear wrote fp8_input_ and input_t and recorded the cast.
+    // LayerNormBeforeLinear wrote fp8_input_ (and input_t where kept) and recorded the cast.
   } else {
     // b.input_t is null where the backward recomputes the transpose.
     cast_input(b.input_t, s.amax(in), s.counts(in));
@@ -164,18 +167,17 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
   float* const discard_amax = reinterpret_cast<float*>(fp8_discard_);
   uint64_t* const discard_counts = reinterpret_cast<uint64_t*>(fp8_discard_ + 8);
-  // The input's transpose for the weight gradient: kept by the forward, or recomputed into the
-  // shared scratch with the step's scale. First, because fc2's (GELU from fc1's kept
-  // pre-activation) may use the GELU buffer as scratch, where the gradient cast below writes.
+  // The input's transpose for the weight gradient: kept by the forward (fp8_keep_transposes),
+  // or recomputed into the shared scratch (fp8_input_) with the step's scale. fc2's first,
+  // because its recomputation (GELU from fc1's kept pre-activation) may use the GELU buffer as
+  // scratch, where the gradient cast below writes; the others after that cast, because
+  // fp8_input_ is act_.dqkv, qkv's dout.
   const uint8_t* inp_t = b.input_t;
-  if (inp_t == nullptr && dweight != nullptr) {
-    if (t == Fp8Linear::kFc2) {
-      LayerActs& la = act_.layers[layer];
-      be.GeluCastFp8(nullptr, fp8_input_, la.fc_gelu, la.fc_pre, N, C, in_fmt, s.scale(in),
-                     discard_amax, discard_counts);
-    } else {
-      be.CastFp8(nullptr, fp8_input_, inp, N, C, in_fmt, s.scale(in), discard_amax, discard_counts);
-    }
+  const bool recompute_inp_t = inp_t == nullptr && dweight != nullptr;
+  if (recompute_inp_t && t == Fp8Linear::kFc2) {
+    LayerActs& la = act_.layers[layer];
+    be.GeluCastFp8(nullptr, fp8_input_, la.fc_gelu, la.fc_pre, N, C, in_fmt, s.scale(in),
+                   discard_amax, discard_counts);
     inp_t = fp8_input_;
   }
   // dGELU (fc1), the bias gradient and the cast in one pass where the backend fuses them.
@@ -197,6 +199,30 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   // dW[OC,C] += doutᵀ[OC,N] · inp[N,C]: K = N, both transposes are K-contiguous. A frozen
   // weight (training.freeze_layers) has no gradient.
   if (dweight == nullptr) return;
+  if (recompute_inp_t && t != Fp8Linear::kFc2) {
+    const bool ln_input = t == Fp8Linear::kQkv || t == Fp8Linear::kFc1;
+    if (ln_input && options_.recompute == Recompute::kNone) {
+      // The arena shares the LayerNorm outputs between layers (Allocate()): recompute qkv's or
+      // fc1's input from its LayerNorm's kept input and statistics, the forward's bytes. That
+      // shared output buffer, free in the backward, is the scratch.
+      LayerActs& la = act_.layers[layer];
+      const bool qkv = t == Fp8Linear::kQkv;
+      const void* x = !qkv         ? la.residual2
+                      : layer == 0 ? act_.encoded
+                                   : act_.layers[layer - 1].residual3;
+      const TensorKind w_kind = qkv ? TensorKind::kLn1Weight : TensorKind::kLn2Weight;
+      const TensorKind b_kind = qkv ? TensorKind::kLn1Bias : TensorKind::kLn2Bias;
+      be.LayerNormFp8FromStats(nullptr, fp8_input_, qkv ? la.ln1 : la.ln2, x,
+                               qkv ? la.ln1_mean : la.ln2_mean, qkv ? la.ln1_rstd : la.ln2_rstd,
+                               P(w_kind, layer), P(b_kind, layer), N, C, in_fmt, s.scale(in),
+                               discard_amax, discard_counts);
+    } else {
+      // The input is at hand: the attention output, or a LayerNorm output kept per layer (kMlp)
+      // or recomputed (kFull).
+      be.CastFp8(nullptr, fp8_input_, inp, N, C, in_fmt, s.scale(in), discard_amax, discard_counts);
+    }
+    inp_t = fp8_input_;
+  }
   be.MatmulFp8(dweight, fp8_dout_t_, g_fmt, s.scale_inv(g), inp_t, in_fmt, s.scale_inv(in), nullptr,
                OC, C, N, /*accumulate=*/true, false);
 }

@@ -182,6 +182,15 @@ class RecordingBackend final : public kernels::Backend {
                uint64_t* counts) override {
     Op([=] { be_->CastFp8(out, out_t, inp, rows, cols, format, scale, amax, counts); });
   }
+  void LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch, const void* inp,
+                             const float* mean, const float* rstd, const void* weight,
+                             const void* bias, int N, int C, kernels::Fp8Format format,
+                             const float* scale, float* amax, uint64_t* counts) override {
+    Op([=] {
+      be_->LayerNormFp8FromStats(fp8_out, fp8_out_t, scratch, inp, mean, rstd, weight, bias, N, C,
+                                 format, scale, amax, counts);
+    });
+  }
   void MatmulFp8(void* out, const uint8_t* a, kernels::Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, kernels::Fp8Format b_format, const float* b_scale_inv,
                  const void* bias, int M, int N, int K, bool accumulate, bool fast_accum) override {
