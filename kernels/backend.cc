@@ -33,14 +33,6 @@ void Backend::ResidualLayerNormFp8Forward(void* residual, void* out, float* mean
   CastFp8(fp8_out, fp8_out_t, out, N, C, format, scale, amax, counts);
 }
 
-void Backend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
-                            const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
-                            const float* b_scale_inv, const void* bias, int M, int N, int K) {
-  MatmulFp8(pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M, N, K,
-            /*accumulate=*/false, /*fast_accum=*/true);
-  GeluForward(out, pre_gelu, static_cast<size_t>(M) * N);
-}
-
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32:

@@ -266,13 +266,6 @@ class Backend {
                          const void* bias, int M, int N, int K, bool accumulate,
                          bool fast_accum) = 0;
 
-  // fc1's FP8 forward: pre_gelu[M,N] = MatmulFp8(a, b) + bias (fast accumulation), then
-  // out = gelu_tanh(pre_gelu). The default runs MatmulFp8 and GeluForward; the cuda backend
-  // fuses the GELU into the GEMM's epilogue where cuBLASLt has an algorithm for it.
-  virtual void MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
-                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
-                             const float* b_scale_inv, const void* bias, int M, int N, int K);
-
   // fc2's FP8 input recomputed from fc1's pre-activation pre[rows, cols] (compute dtype):
   //   g = gelu_tanh(pre) rounded to the compute dtype, exactly as GeluForward computes it;
   //   out, out_t = CastFp8(g) with CastFp8's statistics (over g; either output may be null).

@@ -98,9 +98,6 @@ class CudaBackend final : public Backend {
   int unfused_fallbacks() const { return matmul_->unsupported(); }
   // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
   absl::Status Fp8Supported() const override;
-  void MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
-                     const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
-                     const float* b_scale_inv, const void* bias, int M, int N, int K) override;
   void ResidualLayerNormFp8Forward(void* residual, void* out, float* mean, float* rstd,
                                    const void* a, const void* b, const void* weight,
                                    const void* bias, int N, int C, uint8_t* fp8_out,

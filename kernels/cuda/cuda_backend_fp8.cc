@@ -147,28 +147,6 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
   Check(matmul_->Run(s, b, a, out, bias, nullptr, stream_, b_scale_inv, a_scale_inv));
 }
 
-void CudaBackend::MatmulFp8Gelu(void* out, void* pre_gelu, const uint8_t* a, Fp8Format a_format,
-                                const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
-                                const float* b_scale_inv, const void* bias, int M, int N, int K) {
-  if (!Ok()) return;
-  if (M % 16 == 0 && N % 16 == 0 && K % 16 == 0 &&
-      (a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3)) {
-    ProfileScope profile(this, "MatmulFp8Gelu");
-    GemmShape s = Fp8Shape(M, N, K, a_format, b_format);
-    s.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    s.fast_accum = true;
-    absl::StatusOr<bool> ran =
-        matmul_->TryRun(s, b, a, out, bias, pre_gelu, stream_, b_scale_inv, a_scale_inv);
-    if (!ran.ok()) {
-      Fail(ran.status());
-      return;
-    }
-    if (*ran) return;
-  }
-  Backend::MatmulFp8Gelu(out, pre_gelu, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M,
-                         N, K);  // no fused algorithm: the GEMM, then GeluForward
-}
-
 void CudaBackend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre,
                               int rows, int cols, Fp8Format format, const float* scale, float* amax,
                               uint64_t* counts) {
