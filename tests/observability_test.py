@@ -6,7 +6,9 @@ server on 127.0.0.1 scraping both every second, runs a small job to the end, and
     step for step the losses the trainer reports for the same spec (a standalone
     boulder-trainer run: training on one CPU thread is deterministic), and its last value is
     the job's latest step report as the coordinator has it; the tokens counter and MFU too;
-  - the coordinator's gauges and counters, read through Prometheus, count that job;
+  - a second, FP8 job (fp8.emulate on the CPU): its per-tensor FP8 gauges and skipped-step
+    count, read through Prometheus, equal its last step report as the coordinator has it;
+  - the coordinator's gauges and counters, read through Prometheus, count both jobs;
   - `promtool check metrics` passes on both endpoints' output;
   - every metric the PromQL of deploy/grafana/boulder-training.json names is exported.
 
@@ -36,6 +38,7 @@ SMALL = ["--set", "model.hidden=64", "--set", "model.heads=4", "--set", "model.l
          "--set", "model.ffn=256", "--set", "model.context=32", "--set", "training.seq_len=32",
          "--set", "training.batch_size=8", "--set", "training.lr=0.003"]
 STEPS = 400
+FP8_STEPS = 20
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
@@ -174,6 +177,12 @@ scrape_configs:
             step = json.loads(line).get("step")
             if step is not None:
                 cls.reference[int(step["step"])] = float(step["loss"])
+        # An FP8 job, emulated on the CPU, after it.
+        fp8 = SMALL + ["--set", f"training.steps={FP8_STEPS}", "--set", "precision=fp8",
+                       "--set", "fp8.emulate=true"]
+        cls.fp8_job_id = cls.c.cli("submit", spec, *fp8, "-q").stdout.strip()
+        cls.c.cli("watch", cls.fp8_job_id, timeout=120)
+        cls.fp8_job = cls.c.job(cls.fp8_job_id)
 
     def series(self, name, at=None):
         """{scrape timestamp: value} of this job's rank-0 `name`, over the 10 minutes up to
@@ -222,13 +231,13 @@ scrape_configs:
 
     def test_2_coordinator_counts_the_job(self):
         expected = {
-            'boulder_jobs{state="SUCCEEDED"}': 1,
+            'boulder_jobs{state="SUCCEEDED"}': 2,
             'boulder_jobs{state="RUNNING"}': 0,
             "boulder_queue_length": 0,
             'boulder_workers{state="WORKER_IDLE"}': 1,
             'boulder_workers{state="WORKER_BUSY"}': 0,
-            "boulder_job_submit_to_running_seconds_count": 1,
-            'boulder_rpc_requests_total{method="SubmitJob",code="OK"}': 1,
+            "boulder_job_submit_to_running_seconds_count": 2,
+            'boulder_rpc_requests_total{method="SubmitJob",code="OK"}': 2,
             "boulder_heartbeats_missed_total": 0,
         }
         wait_until(lambda: {q: self.instant(q) for q in expected} == expected, 15,
@@ -245,6 +254,36 @@ scrape_configs:
             r = subprocess.run([self.promtool, "check", "metrics"], input=text,
                                capture_output=True, text=True, timeout=30)
             self.assertEqual(r.returncode, 0, f"{address}:\n{r.stdout}{r.stderr}")
+
+    def test_5_fp8_gauges_match_the_last_report(self):
+        self.assertEqual(self.fp8_job["state"], "SUCCEEDED", self.fp8_job.get("message"))
+        final = self.fp8_job["latest_report"]
+        self.assertEqual(int(final["step"]), FP8_STEPS)
+        stats = final["fp8"]
+        self.assertEqual(len(stats), 2 * 4 * 3)  # layers x Linears x (input, weight, grad)
+        job = self.fp8_job_id
+        wait_until(lambda: self.instant(f'boulder_trainer_step{{job_id="{job}"}}') == FP8_STEPS,
+                   15, "a scrape of the FP8 job's last step")
+        families = {"scale": "boulder_trainer_fp8_scale", "amax": "boulder_trainer_fp8_amax",
+                    "saturated_ratio": "boulder_trainer_fp8_saturated_ratio",
+                    "underflow_ratio": "boulder_trainer_fp8_underflow_ratio"}
+        for field, family in families.items():
+            result = self.query(f'{family}{{job_id="{job}",rank="0"}}')["result"]
+            got = {(int(r["metric"]["layer"]), r["metric"]["tensor"], r["metric"]["role"]):
+                   float(r["value"][1]) for r in result}
+            # proto3 JSON leaves out zeros (layer 0, a ratio of 0).
+            want = {(int(t.get("layer", 0)), t["tensor"], t["role"]): float(t.get(field, 0))
+                    for t in stats}
+            self.assertEqual(sorted(got), sorted(want), family)
+            for key, value in want.items():
+                self.assertTrue(math.isclose(got[key], value, rel_tol=1e-12, abs_tol=0),
+                                f"{family}{key}: {got[key]} != {value}")
+        self.assertGreater(min(float(t["scale"]) for t in stats), 0)
+        self.assertEqual(self.instant(f'boulder_trainer_skipped_steps{{job_id="{job}"}}'),
+                         float(final.get("skipped_steps", 0)))
+        # The BF16/FP32 job reports no FP8 series.
+        self.assertEqual(
+            self.query(f'boulder_trainer_fp8_scale{{job_id="{self.job_id}"}}')["result"], [])
 
     def test_4_dashboard_uses_only_exported_metrics(self):
         with open(os.path.join(REPO, "deploy", "grafana", "boulder-training.json")) as f:

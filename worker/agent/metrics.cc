@@ -199,6 +199,11 @@ AgentMetrics::AgentMetrics()
                          .Help("Fraction of an FP8 tensor's non-zero values that rounded to "
                                "zero in the last step")
                          .Register(*registry_)),
+      skipped_steps_(BuildGauge()
+                         .Name("boulder_trainer_skipped_steps")
+                         .Help("Optimizer steps the attempt skipped so far because the loss or a "
+                               "gradient was not finite (FP8 jobs)")
+                         .Register(*registry_)),
       exits_(BuildCounter()
                  .Name("boulder_trainer_exits_total")
                  .Help("Trainer processes that ended, by exit code (or signal_N)")
@@ -290,6 +295,11 @@ void AgentMetrics::RecordStep(int64_t job_id, int32_t rank, const v1::StepReport
     s.val_loss->Set(step.val_loss());
   }
   RecordFp8Locked(job_id, rank, s, step);
+  if (s.skipped_steps == nullptr && (step.fp8_size() > 0 || step.skipped_steps() > 0)) {
+    s.skipped_steps =
+        &skipped_steps_.Add({{"job_id", absl::StrCat(job_id)}, {"rank", absl::StrCat(rank)}});
+  }
+  if (s.skipped_steps != nullptr) s.skipped_steps->Set(static_cast<double>(step.skipped_steps()));
   if (step.step_time_seconds() > 0) s.step_duration->Observe(step.step_time_seconds());
   // tokens_processed is cumulative per attempt: count what is new since the last report, and
   // start over when a new attempt's count restarts lower.

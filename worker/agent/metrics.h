@@ -111,6 +111,8 @@ class AgentMetrics {
     prometheus::Gauge* device_memory_total;
     prometheus::Gauge* mfu = nullptr;  // created at the first report with MfuInputs
     prometheus::Gauge* val_loss = nullptr;  // created at the first report with a val_loss
+    // Created at the first report with FP8 statistics or a skipped step.
+    prometheus::Gauge* skipped_steps = nullptr;
     int64_t last_tokens_processed = 0;
     // By (layer, tensor, role).
     std::map<std::tuple<int32_t, std::string, std::string>, Fp8Series> fp8;
@@ -137,6 +139,7 @@ class AgentMetrics {
   prometheus::Family<prometheus::Gauge>& fp8_amax_;
   prometheus::Family<prometheus::Gauge>& fp8_saturated_;
   prometheus::Family<prometheus::Gauge>& fp8_underflow_;
+  prometheus::Family<prometheus::Gauge>& skipped_steps_;
   prometheus::Family<prometheus::Counter>& exits_;
   prometheus::Gauge& heartbeat_age_;
   std::shared_ptr<Collector> collector_;  // the registry, with the heartbeat age refreshed

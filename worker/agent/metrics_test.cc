@@ -214,6 +214,25 @@ TEST(AgentMetricsTest, Fp8StatisticsPerLayerTensorAndRole) {
   EXPECT_THAT(text, HasSubstr("boulder_trainer_fp8_underflow_ratio" + labels + " 0.25\n"));
 }
 
+// The skipped-step count appears with a job's first FP8 report (at 0, so a dashboard shows FP8
+// jobs that never skipped) and follows the reports; a job without FP8 or skips has none.
+TEST(AgentMetricsTest, SkippedStepsOfFp8Jobs) {
+  AgentMetrics metrics;
+  metrics.RecordStep(3, 0, Step(1, 1.0, 512));
+  EXPECT_THAT(metrics.Render(), Not(HasSubstr("boulder_trainer_skipped_steps{")));
+  v1::StepReport step = Step(1, 1.0, 512);
+  step.add_fp8()->set_tensor("qkv");
+  metrics.RecordStep(5, 0, step);
+  EXPECT_THAT(metrics.Render(),
+              HasSubstr("boulder_trainer_skipped_steps{job_id=\"5\",rank=\"0\"} 0\n"));
+  step.set_skipped_steps(2);
+  step.clear_fp8();  // the count is kept up to date on every report
+  metrics.RecordStep(5, 0, step);
+  EXPECT_THAT(metrics.Render(),
+              HasSubstr("boulder_trainer_skipped_steps{job_id=\"5\",rank=\"0\"} 2\n"));
+  EXPECT_THAT(metrics.Render(), Not(HasSubstr("boulder_trainer_skipped_steps{job_id=\"3\"")));
+}
+
 TEST(AgentMetricsTest, RejectsAnAddressWithoutPort) {
   AgentMetrics metrics;
   for (const char* listen : {"localhost", "127.0.0.1:http", ":", "127.0.0.1:70000"}) {
