@@ -49,6 +49,18 @@ class CudaGeluCastFp8Test : public ::testing::Test {
     gpu_->CopyFromHost(p, poison.data(), bytes);
     return p;
   }
+  // v as BF16 on the device.
+  void* UploadBf16(const std::vector<float>& v) {
+    void* p = Alloc(v.size() * 2, 0);
+    gpu_->CopyFromHostF32(p, DType::kBF16, v.data(), v.size());
+    return p;
+  }
+  // A device scalar (the cast's scale).
+  float* UploadScale(float value) {
+    float* p = static_cast<float*>(Alloc(sizeof(float), 0));
+    gpu_->CopyFromHost(p, &value, sizeof(float));
+    return p;
+  }
   template <typename T>
   std::vector<T> Download(const void* p, size_t n) {
     std::vector<T> v(n);
@@ -135,11 +147,8 @@ TEST_F(CudaGeluCastFp8Test, FusedKernelGivesTheDefaultPathsBytesAndStatistics) {
   for (const Case& c : cases) {
     SCOPED_TRACE(CaseName(c));
     const size_t n = static_cast<size_t>(c.rows) * c.cols;
-    const std::vector<float> pre = Inputs(c, rng_);
-    void* pre_d = Alloc(n * 2, 0);
-    gpu_->CopyFromHostF32(pre_d, DType::kBF16, pre.data(), n);
-    float* scale = static_cast<float*>(Alloc(sizeof(float), 0));
-    gpu_->CopyFromHost(scale, &c.scale, sizeof(float));
+    void* pre_d = UploadBf16(Inputs(c, rng_));
+    float* scale = UploadScale(c.scale);
     const bool want_out = c.outputs != kOutTOnly, want_out_t = c.outputs != kOutOnly;
     // [0]: the fused op, [1]: the default (GeluForward + CastFp8), [2]: the per-element kernel
     // called directly (on every shape); each its own outputs and statistics.
@@ -224,11 +233,8 @@ TEST_F(CudaGeluCastFp8Test, ExtremeInputsReachEveryStatistic) {
     const Case c{520, 264, p.format, p.scale, kExtremes, kOutTOnly};
     SCOPED_TRACE(CaseName(c));
     const size_t n = static_cast<size_t>(c.rows) * c.cols;
-    const std::vector<float> pre = Inputs(c, rng_);
-    void* pre_d = Alloc(n * 2, 0);
-    gpu_->CopyFromHostF32(pre_d, DType::kBF16, pre.data(), n);
-    float* scale = static_cast<float*>(Alloc(sizeof(float), 0));
-    gpu_->CopyFromHost(scale, &c.scale, sizeof(float));
+    void* pre_d = UploadBf16(Inputs(c, rng_));
+    float* scale = UploadScale(c.scale);
     uint8_t* out_t = static_cast<uint8_t*>(Alloc(n, 0));
     float* amax = static_cast<float*>(Alloc(sizeof(float), 0));
     uint64_t* counts = static_cast<uint64_t*>(Alloc(kFp8CountersPerTensor * sizeof(uint64_t), 0));
@@ -248,11 +254,8 @@ TEST_F(CudaGeluCastFp8Test, TransposeOnlyMatchesAndRecordsTheSameStatistics) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   std::vector<float> pre(n);
   for (float& x : pre) x = normal(rng_);
-  void* pre_d = Alloc(n * 2, 0);
-  gpu_->CopyFromHostF32(pre_d, DType::kBF16, pre.data(), n);
-  const float s = 100.0f;
-  float* scale = static_cast<float*>(Alloc(sizeof(float), 0));
-  gpu_->CopyFromHost(scale, &s, sizeof(float));
+  void* pre_d = UploadBf16(pre);
+  float* scale = UploadScale(100.0f);
   uint8_t* full_t = static_cast<uint8_t*>(Alloc(n, 0));
   uint8_t* only_t = static_cast<uint8_t*>(Alloc(n, 0x11));
   uint8_t* full = static_cast<uint8_t*>(Alloc(n, 0));

@@ -214,18 +214,24 @@ int Fp8BlockWarps(int N) {
   return CeilDiv(N, kFp8Rows) >= unsigned(min_blocks) ? 8 : 16;
 }
 
+// The LayerNormFp8Kernel instance for `warps` warps per block (Fp8BlockWarps: 8 or 16).
+template <bool kResidual, bool kFromStats>
+auto Fp8Kernel(int warps) {
+  return warps == 8 ? LayerNormFp8Kernel<kResidual, kFromStats, 8>
+                    : LayerNormFp8Kernel<kResidual, kFromStats, 16>;
+}
+
 // Lets every LayerNormFp8Kernel take the device's whole opt-in shared memory (once).
 cudaError_t AllowFp8TileSmem() {
   static const cudaError_t err = [] {
     const int bytes = MaxDynamicSmem();
-    for (const void* k : {reinterpret_cast<const void*>(LayerNormFp8Kernel<true, false, 8>),
-                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, false, 8>),
-                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, true, 8>),
-                          reinterpret_cast<const void*>(LayerNormFp8Kernel<true, false, 16>),
-                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, false, 16>),
-                          reinterpret_cast<const void*>(LayerNormFp8Kernel<false, true, 16>)}) {
-      cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      if (e != cudaSuccess) return e;
+    for (const int warps : {8, 16}) {
+      for (const void* k : {reinterpret_cast<const void*>(Fp8Kernel<true, false>(warps)),
+                            reinterpret_cast<const void*>(Fp8Kernel<false, false>(warps)),
+                            reinterpret_cast<const void*>(Fp8Kernel<false, true>(warps))}) {
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e != cudaSuccess) return e;
+      }
     }
     return cudaSuccess;
   }();
@@ -290,16 +296,15 @@ __global__ void LayerNormParamPartialKernel(float* partial, const bf16* dout, co
   partial[size_t(chunks + chunk) * C + c] = db;
 }
 
-// The same partials with 16-byte loads: block (32, kParamLanes) covers 256 columns (8 per
-// thread) of one chunk of rows; row lane y sums rows r0 + y, r0 + y + kParamLanes, ... and the
-// lanes are added in lane order through shared memory (a fixed order: deterministic).
+// The same partials with 16-byte loads: block (32, kColLanes) covers 256 columns (8 per
+// thread) of one chunk of rows; row lane y sums rows r0 + y, r0 + y + kColLanes, ... and the
+// lanes are added in lane order (StoreColumnLaneSums, reduce.cuh: deterministic).
 // REQUIRES: C % 8 == 0, dout and inp 16-byte aligned (checked by the launcher).
-constexpr int kParamLanes = 8;
-__global__ void __launch_bounds__(32 * kParamLanes)
+__global__ void __launch_bounds__(32 * kColLanes)
     LayerNormParamPartialVec8Kernel(float* partial, const bf16* dout, const bf16* inp,
                                     const float* mean, const float* rstd, int N, int C,
                                     int rows_per, int chunks) {
-  __shared__ float lanes[kParamLanes][32 * 8];
+  __shared__ float lanes[kColLanes][32 * 8];
   const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
   const int chunk = blockIdx.y;
   const int r0 = chunk * rows_per, r1 = min(N, r0 + rows_per);
@@ -307,7 +312,7 @@ __global__ void __launch_bounds__(32 * kParamLanes)
 #pragma unroll
   for (int k = 0; k < 8; ++k) dw[k] = db[k] = 0.f;
   if (c0 < C) {
-    for (int r = r0 + threadIdx.y; r < r1; r += kParamLanes) {
+    for (int r = r0 + threadIdx.y; r < r1; r += kColLanes) {
       const Bf16x8 dv = Load8(dout + size_t(r) * C + c0), xv = Load8(inp + size_t(r) * C + c0);
       const float m = mean[r], rs = rstd[r];
 #pragma unroll
@@ -319,20 +324,8 @@ __global__ void __launch_bounds__(32 * kParamLanes)
       }
     }
   }
-  const int t = threadIdx.y * 32 + threadIdx.x;  // this thread's column in the final sums
-  const int c = blockIdx.x * 256 + t;
-  for (int which = 0; which < 2; ++which) {
-    __syncthreads();  // the previous pass has read lanes
-#pragma unroll
-    for (int k = 0; k < 8; ++k) lanes[threadIdx.y][threadIdx.x * 8 + k] = which == 0 ? dw[k] : db[k];
-    __syncthreads();
-    if (c < C) {
-      float sum = 0.f;
-#pragma unroll
-      for (int l = 0; l < kParamLanes; ++l) sum += lanes[l][t];
-      partial[size_t(which * chunks + chunk) * C + c] = sum;
-    }
-  }
+  StoreColumnLaneSums(lanes, dw, partial + size_t(chunk) * C, C);
+  StoreColumnLaneSums(lanes, db, partial + size_t(chunks + chunk) * C, C);
 }
 
 // The backward in one pass for C = 256, 512 or 768 (GPT-2's and the seed's 768): one block
@@ -466,18 +459,13 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const size_t smem = Fp8TileBytes(C);
   const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
-  if (residual != nullptr) {
-    auto kernel = warps == 8 ? LayerNormFp8Kernel<true, false, 8> : LayerNormFp8Kernel<true, false, 16>;
-    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr,
-                                            nullptr, weight, bias, N, C, residual, a, b, e4m3,
-                                            scale, amax, counts);
-  } else {
-    auto kernel =
-        warps == 8 ? LayerNormFp8Kernel<false, false, 8> : LayerNormFp8Kernel<false, false, 16>;
-    kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr, a,
-                                            weight, bias, N, C, nullptr, nullptr, nullptr, e4m3,
-                                            scale, amax, counts);
-  }
+  // With a residual the kernel forms the rows as a + b (ra, rb); else it reads a (inp).
+  const bool res = residual != nullptr;
+  auto kernel = res ? Fp8Kernel<true, false>(warps) : Fp8Kernel<false, false>(warps);
+  kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr,
+                                          res ? nullptr : a, weight, bias, N, C, residual,
+                                          res ? a : nullptr, res ? b : nullptr, e4m3, scale, amax,
+                                          counts);
   return cudaGetLastError();
 }
 
@@ -497,7 +485,7 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const int warps = Fp8BlockWarps(N);
-  auto kernel = warps == 8 ? LayerNormFp8Kernel<false, true, 8> : LayerNormFp8Kernel<false, true, 16>;
+  auto kernel = Fp8Kernel<false, true>(warps);
   kernel<<<CeilDiv(N, kFp8Rows), 32 * warps, Fp8TileBytes(C), s>>>(
       fp8_out, fp8_out_t, nullptr, nullptr, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,
       nullptr, e4m3, scale, amax, counts);
@@ -528,7 +516,7 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
     return ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s);
   }
   if (C % 8 == 0 && Aligned(dout, 16) && Aligned(inp, 16)) {
-    LayerNormParamPartialVec8Kernel<<<dim3(CeilDiv(C, 256), chunks), dim3(32, kParamLanes), 0, s>>>(
+    LayerNormParamPartialVec8Kernel<<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0, s>>>(
         partial, dout, inp, mean, rstd, N, C, rows_per, chunks);
   } else {
     LayerNormParamPartialKernel<<<dim3(CeilDiv(C, 128), chunks), 128, 0, s>>>(

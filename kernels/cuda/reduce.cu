@@ -15,46 +15,17 @@
 namespace boulder::kernels::cuda {
 namespace {
 
-// Stage 1 of the column sum: block (32, 8) covers 256 columns (8 per thread, one 16-byte load
-// per row) of one chunk of rows; the 8 row lanes of a column group sum rows r0+ty, r0+ty+8, ...
-// and are then added in lane order through shared memory — a fixed order, so deterministic.
-// REQUIRES: C % 8 == 0 and x 16-byte aligned (checked by the launcher).
-constexpr int kColLanes = 8;
-__global__ void ColumnPartialVec8Kernel(float* partial, const bf16* x, int N, int C,
-                                        int rows_per) {
-  __shared__ float lanes[kColLanes][32 * 8];
-  const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
-  const int chunk = blockIdx.y;
-  const int r0 = chunk * rows_per, r1 = min(N, r0 + rows_per);
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  if (c0 < C) {
-    for (int r = r0 + threadIdx.y; r < r1; r += kColLanes) {
-      Bf16x8 v = Load8(x + size_t(r) * C + c0);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(v.v[k]);
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) lanes[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
-  __syncthreads();
-  // 256 threads, 256 columns of this block: thread t sums column t's lanes in order.
-  const int t = threadIdx.y * 32 + threadIdx.x;
-  const int c = blockIdx.x * 256 + t;
-  if (c < C) {
-    float sum = 0.f;
-#pragma unroll
-    for (int l = 0; l < kColLanes; ++l) sum += lanes[l][t];
-    partial[size_t(chunk) * C + c] = sum;
-  }
-}
-
-// ColumnPartialVec8Kernel fused with the GELU backward before it: each element of x becomes
-// bf16(x · gelu'(pre)) (GeluBackwardInPlace's expression, elementwise.cu, same compiler flags)
-// and is written back, and the rounded values are summed exactly as ColumnPartialVec8Kernel
-// sums x: the same bits as GeluBackwardInPlace followed by ColumnSumAccumulate, one read of x
-// fewer. REQUIRES: C % 8 == 0, x and pre 16-byte aligned (checked by the launcher).
-__global__ void GeluBackwardColumnPartialVec8Kernel(float* partial, bf16* x, const bf16* pre,
-                                                    int N, int C, int rows_per) {
+// Stage 1 of the column sum: block (32, kColLanes) covers 256 columns (8 per thread, one
+// 16-byte load per row) of one chunk of rows; the row lanes of a column group sum rows r0+ty,
+// r0+ty+kColLanes, ... and are then added in lane order (StoreColumnLaneSums) — a fixed order,
+// so deterministic. kGeluGrad: each element of x first becomes bf16(x · gelu'(pre))
+// (GeluBackwardInPlace's expression, elementwise.cu, same compiler flags), written to dgelu
+// (x itself: in place), and the rounded values are summed: the same bits as
+// GeluBackwardInPlace followed by the plain kernel, one read of x fewer.
+// REQUIRES: C % 8 == 0 and x (and pre) 16-byte aligned (checked by the launchers).
+template <bool kGeluGrad>
+__global__ void ColumnPartialVec8Kernel(float* partial, const bf16* x, bf16* dgelu,
+                                        const bf16* pre, int N, int C, int rows_per) {
   __shared__ float lanes[kColLanes][32 * 8];
   const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
   const int chunk = blockIdx.y;
@@ -63,27 +34,21 @@ __global__ void GeluBackwardColumnPartialVec8Kernel(float* partial, bf16* x, con
   if (c0 < C) {
     for (int r = r0 + threadIdx.y; r < r1; r += kColLanes) {
       const size_t off = size_t(r) * C + c0;
-      const Bf16x8 d = Load8(x + off), p = Load8(pre + off);
-      Bf16x8 g;
+      Bf16x8 v = Load8(x + off);
+      if constexpr (kGeluGrad) {
+        const Bf16x8 p = Load8(pre + off);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        g.v[k] = __float2bfloat16(__bfloat162float(d.v[k]) * GeluTanhGrad(__bfloat162float(p.v[k])));
-        acc[k] += __bfloat162float(g.v[k]);
+        for (int k = 0; k < 8; ++k) {
+          v.v[k] = __float2bfloat16(__bfloat162float(v.v[k]) *
+                                    GeluTanhGrad(__bfloat162float(p.v[k])));
+        }
+        Store8(dgelu + off, v);
       }
-      Store8(x + off, g);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(v.v[k]);
     }
   }
-#pragma unroll
-  for (int k = 0; k < 8; ++k) lanes[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
-  __syncthreads();
-  const int t = threadIdx.y * 32 + threadIdx.x;
-  const int c = blockIdx.x * 256 + t;
-  if (c < C) {
-    float sum = 0.f;
-#pragma unroll
-    for (int l = 0; l < kColLanes; ++l) sum += lanes[l][t];
-    partial[size_t(chunk) * C + c] = sum;
-  }
+  StoreColumnLaneSums(lanes, acc, partial + size_t(chunk) * C, C);
 }
 
 // The scalar form for shapes the vectorised kernel does not take.
@@ -106,6 +71,21 @@ __global__ void ColumnFinishKernel(bf16* out, const float* partial, int chunks, 
 }
 
 constexpr int kNormBlocks = 1024;
+
+// The sum of acc over the block's threads (a multiple of 32, at most 1024), warps first, then
+// the warps' sums in warp order: deterministic. Valid on thread 0.
+__device__ __forceinline__ float BlockSum(float acc) {
+  __shared__ float warp_sums[32];
+  acc = WarpSum(acc);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  float v = 0.f;
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
+    v = WarpSum(v);
+  }
+  return v;
+}
 
 // Stage 1 of the sum of squares: a fixed grid (kNormBlocks x 256) strides over the vector,
 // each thread holding kNormLoads 16-byte loads in flight per pass; each thread's sum runs in a
@@ -144,15 +124,8 @@ __global__ void __launch_bounds__(256) SumSquaresPartialVec8Kernel(float* partia
     const float f = __bfloat162float(x[n8 * 8 + tid]);
     acc = fmaf(f, f, acc);
   }
-  __shared__ float warp_sums[32];
-  acc = WarpSum(acc);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) partial[blockIdx.x] = v;
-  }
+  const float sum = BlockSum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
 __global__ void SumSquaresPartialKernel(float* partial, const bf16* x, size_t n) {
@@ -162,29 +135,15 @@ __global__ void SumSquaresPartialKernel(float* partial, const bf16* x, size_t n)
     float v = __bfloat162float(x[i]);
     acc += v * v;
   }
-  __shared__ float warp_sums[32];
-  acc = WarpSum(acc);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) partial[blockIdx.x] = v;
-  }
+  const float sum = BlockSum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
 __global__ void SumFinishKernel(float* out, const float* partial, int n) {
-  __shared__ float warp_sums[32];
   float acc = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  acc = WarpSum(acc);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) *out = v;
-  }
+  const float sum = BlockSum(acc);
+  if (threadIdx.x == 0) *out = sum;
 }
 
 }  // namespace
@@ -203,8 +162,8 @@ cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratc
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(chunks) * C));
   if (!partial) return scratch.last_error();
   if (C % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    ColumnPartialVec8Kernel<<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0, s>>>(
-        partial, x, N, C, rows_per);
+    ColumnPartialVec8Kernel<false><<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0, s>>>(
+        partial, x, nullptr, nullptr, N, C, rows_per);
   } else {
     ColumnPartialKernel<<<dim3(CeilDiv(C, 128), chunks), 128, 0, s>>>(partial, x, N, C,
                                                                        rows_per);
@@ -226,8 +185,8 @@ cudaError_t GeluBackwardColumnSum(bf16* x, const bf16* pre, bf16* dbias, int N, 
   const int rows_per = (N + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(chunks) * C));
   if (!partial) return scratch.last_error();
-  GeluBackwardColumnPartialVec8Kernel<<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0,
-                                        s>>>(partial, x, pre, N, C, rows_per);
+  ColumnPartialVec8Kernel<true><<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0, s>>>(
+      partial, x, x, pre, N, C, rows_per);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   return ColumnFinish(dbias, partial, chunks, C, s);
