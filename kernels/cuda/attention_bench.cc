@@ -112,10 +112,16 @@ void Run(const Shape& sh, int warmup, int iters) {
   const double fwd_flop = 2.0 * sh.B * sh.NH * double(sh.T) * sh.T * sh.HS;
   const double bwd_flop = 2.5 * fwd_flop;
 
-  const double fwd = MedianMs(warmup, iters, [&](int i) {
-    const Buffers& b = set[i % kSets];
-    BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0));
-  });
+  auto forward = [&](AttentionKernel kernel) {
+    return MedianMs(warmup, iters, [&](int i) {
+      const Buffers& b = set[i % kSets];
+      BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0, kernel));
+    });
+  };
+  const double fwd_mma = forward(AttentionKernel::kMmaSync);
+  const bool wgmma = AttentionWgmmaAvailable();
+  const double fwd_wgmma = wgmma ? forward(AttentionKernel::kWgmma) : NAN;
+  const double fwd = wgmma ? fwd_wgmma : fwd_mma;  // what the backend runs
   double bwd[2];
   for (int det = 0; det < 2; ++det) {
     bwd[det] = MedianMs(warmup, iters, [&](int i) {
@@ -129,10 +135,12 @@ void Run(const Shape& sh, int warmup, int iters) {
   const struct {
     const char* pass;
     double ms, flop;
-  } rows[] = {{"forward", fwd, fwd_flop},
+  } rows[] = {{"forward, mma.sync", fwd_mma, fwd_flop},
+              {"forward, wgmma", fwd_wgmma, fwd_flop},
               {"backward, atomic dQ", bwd[0], bwd_flop},
               {"backward, deterministic", bwd[1], bwd_flop}};
   for (const auto& r : rows) {
+    if (std::isnan(r.ms)) continue;  // wgmma where the device has none
     std::printf("%-32s %-24s %9.3f %12.2f %9.1f\n", shape, r.pass, r.ms, r.ms * sh.layers,
                 r.flop / (r.ms * 1e-3) / 1e12);
   }

@@ -4,6 +4,7 @@
 // FP32-accumulated ops (2e-2 for gradients that pass through two BF16 roundings).
 // Skips, saying so, when no CUDA device is present.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -114,7 +115,9 @@ class CudaOpsTest : public ::testing::Test {
     rng_.seed(::testing::UnitTest::GetInstance()->random_seed() + 17);
   }
   void TearDown() override {
-    if (gpu_) ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+    if (gpu_) {
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+    }
   }
   void ExpectClose(Pair& p, double tol, const char* what) {
     ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
@@ -289,6 +292,54 @@ TEST_F(CudaOpsTest, AttentionHead64) {
 TEST_F(CudaOpsTest, AttentionHead128) {
   for (int T : {1, 77, 130, 256}) AttentionCase(cpu_.get(), gpu_.get(), rng_, 2, T, 2, 128);
   AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 640, 1, 128);
+}
+
+// Each forward kernel by name against the CPU reference on the same inputs: mma.sync (what
+// every GPU before Hopper runs) and, on compute capability 9.0, wgmma (what the backend picks
+// there, so AttentionCase above tests it too). The two must also agree with each other.
+TEST_F(CudaOpsTest, AttentionForwardKernelsMatchCpu) {
+  const bool wgmma = AttentionWgmmaAvailable();
+  if (!wgmma) std::printf("[   INFO   ] no wgmma here: checking the mma.sync kernel only\n");
+  struct Case {
+    int B, T, NH, HS;
+  };
+  for (const Case& k :
+       {Case{2, 1, 3, 64}, Case{2, 63, 3, 64}, Case{2, 200, 3, 64}, Case{1, 1024, 2, 64},
+        Case{2, 1, 2, 128}, Case{2, 130, 2, 128}, Case{1, 640, 2, 128}, Case{3, 257, 1, 128}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << k.B << " T=" << k.T << " NH=" << k.NH << " HS=" << k.HS);
+    const int C = k.NH * k.HS;
+    Pair qkv(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * 3 * C),
+        out(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * C),
+        stats(cpu_.get(), gpu_.get(), size_t(k.B) * k.NH * k.T, DType::kF32);
+    qkv.Set(Random(qkv.n, rng_));
+    cpu_->AttentionForward(out.c, stats.cf(), qkv.c, k.B, k.T, C, k.NH);
+    // Kept aside: Poison() below clears the CPU side too.
+    const std::vector<float> want_out = out.Cpu(), want_stats = stats.Cpu();
+    std::vector<std::vector<float>> outs;
+    for (AttentionKernel kernel : {AttentionKernel::kMmaSync, AttentionKernel::kWgmma}) {
+      const bool is_wgmma = kernel == AttentionKernel::kWgmma;
+      SCOPED_TRACE(is_wgmma ? "wgmma" : "mma.sync");
+      if (is_wgmma && !wgmma) {
+        EXPECT_EQ(cudaErrorNotSupported, AttentionForward(static_cast<bf16*>(out.g), stats.gf(),
+                                                          static_cast<const bf16*>(qkv.g), k.B, k.T,
+                                                          C, k.NH, gpu_->stream(), kernel));
+        continue;
+      }
+      out.Poison();
+      stats.Poison();
+      ASSERT_EQ(cudaSuccess, AttentionForward(static_cast<bf16*>(out.g), stats.gf(),
+                                              static_cast<const bf16*>(qkv.g), k.B, k.T, C, k.NH,
+                                              gpu_->stream(), kernel));
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+      outs.push_back(out.Gpu());
+      EXPECT_LT(RelErr(outs.back(), want_out), 1e-2) << "attention out";
+      EXPECT_LT(RelErr(stats.Gpu(), want_stats), 1e-3) << "attention stats";
+    }
+    if (outs.size() == 2) {
+      EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << "wgmma vs mma.sync";
+    }
+  }
 }
 
 TEST_F(CudaOpsTest, AttentionRejectsUnsupportedHeadSize) {

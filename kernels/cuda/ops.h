@@ -139,8 +139,17 @@ cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float bet
 // must be 16-byte aligned (cudaErrorMisalignedAddress otherwise); other unsupported shapes
 // give cudaErrorInvalidValue.
 constexpr int kMaxAttentionT = 65535 * 64;
+// Which forward kernel: kAuto takes kWgmma where AttentionWgmmaAvailable(), else kMmaSync (the
+// two compute the same thing to BF16 rounding; tests and attention_bench name one).
+// kWgmma where it is not available gives cudaErrorNotSupported.
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
-                             cudaStream_t s);
+                             cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto);
+// attention_fwd_sm90.cu: true when the current device is compute capability 9.0 and this build
+// carries sm_90a code for the wgmma forward.
+bool AttentionWgmmaAvailable();
+cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
+                                 int NH, cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise one kernel adds it with FP32 atomics (faster; last bits vary between runs).
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
