@@ -122,13 +122,17 @@ void Run(const Shape& sh, int warmup, int iters) {
   const bool wgmma = AttentionWgmmaAvailable();
   const double fwd_wgmma = wgmma ? forward(AttentionKernel::kWgmma) : NAN;
   const double fwd = wgmma ? fwd_wgmma : fwd_mma;  // what the backend runs
-  double bwd[2];
-  for (int det = 0; det < 2; ++det) {
-    bwd[det] = MedianMs(warmup, iters, [&](int i) {
-      const Buffers& b = set[i % kSets];
-      BENCH_CHECK(AttentionBackward(b.dqkv, b.dout, b.qkv, b.out, b.stats, sh.B, sh.T, C, sh.NH,
-                                    det == 1, scratch, 0));
-    });
+  // Backward per kernel (mma.sync, then wgmma where available) and dQ mode.
+  double bwd[2][2] = {{NAN, NAN}, {NAN, NAN}};
+  for (int k = 0; k < (wgmma ? 2 : 1); ++k) {
+    const AttentionKernel kernel = k ? AttentionKernel::kWgmma : AttentionKernel::kMmaSync;
+    for (int det = 0; det < 2; ++det) {
+      bwd[k][det] = MedianMs(warmup, iters, [&](int i) {
+        const Buffers& b = set[i % kSets];
+        BENCH_CHECK(AttentionBackward(b.dqkv, b.dout, b.qkv, b.out, b.stats, sh.B, sh.T, C, sh.NH,
+                                      det == 1, scratch, 0, kernel));
+      });
+    }
   }
   char shape[96];
   std::snprintf(shape, sizeof shape, "%s B=%d T=%d NH=%d HS=%d", sh.name, sh.B, sh.T, sh.NH, sh.HS);
@@ -137,15 +141,18 @@ void Run(const Shape& sh, int warmup, int iters) {
     double ms, flop;
   } rows[] = {{"forward, mma.sync", fwd_mma, fwd_flop},
               {"forward, wgmma", fwd_wgmma, fwd_flop},
-              {"backward, atomic dQ", bwd[0], bwd_flop},
-              {"backward, deterministic", bwd[1], bwd_flop}};
+              {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
+              {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
+              {"bwd atomic dQ, wgmma", bwd[1][0], bwd_flop},
+              {"bwd determ., wgmma", bwd[1][1], bwd_flop}};
   for (const auto& r : rows) {
     if (std::isnan(r.ms)) continue;  // wgmma where the device has none
     std::printf("%-32s %-24s %9.3f %12.2f %9.1f\n", shape, r.pass, r.ms, r.ms * sh.layers,
                 r.flop / (r.ms * 1e-3) / 1e12);
   }
-  std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (atomic dQ)", fwd + bwd[0],
-              (fwd + bwd[0]) * sh.layers);
+  const double bwd_used = wgmma ? bwd[1][0] : bwd[0][0];  // what the backend runs
+  std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (atomic dQ)", fwd + bwd_used,
+              (fwd + bwd_used) * sh.layers);
   for (Buffers& b : set) {
     cudaFree(b.qkv);
     cudaFree(b.dqkv);

@@ -17,7 +17,7 @@ cudaError_t AllowSmem(Kernel k, int bytes) {
 template <int HS>
 cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                      const float* stats, int B, int T, int C, int NH, bool deterministic,
-                     Scratch& scratch, cudaStream_t s) {
+                     bool wgmma, Scratch& scratch, cudaStream_t s) {
   const int Tp = PaddedT(T);
   const size_t n_rows = size_t(B) * NH * Tp;
   const size_t n_dq = deterministic ? 0 : size_t(B) * T * C;
@@ -35,20 +35,30 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;
     if ((err = cudaMemsetAsync(dq_acc, 0, sizeof(float) * n_dq, s)) != cudaSuccess) return err;
-    if ((err = AllowSmem(FlashBackwardKVKernel<HS, true>, Cfg::kSmemBytes)) != cudaSuccess)
-      return err;
-    FlashBackwardKVKernel<HS, true><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
-        dqkv, dq_acc, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (wgmma) {
+      err = AttentionBackwardKVSm90(dqkv, dq_acc, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
+      if (err != cudaSuccess) return err;
+    } else {
+      if ((err = AllowSmem(FlashBackwardKVKernel<HS, true>, Cfg::kSmemBytes)) != cudaSuccess)
+        return err;
+      FlashBackwardKVKernel<HS, true><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
+          dqkv, dq_acc, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
     ConvertDQKernel<<<CeilDiv(n_dq / 8, 256), 256, 0, s>>>(dqkv, dq_acc, n_dq / 8, C, scale);
     return cudaGetLastError();
   }
   using Cfg = KVCfg<HS, false>;
-  if ((err = AllowSmem(FlashBackwardKVKernel<HS, false>, Cfg::kSmemBytes)) != cudaSuccess)
-    return err;
-  FlashBackwardKVKernel<HS, false><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
-      dqkv, nullptr, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (wgmma) {
+    err = AttentionBackwardKVSm90(dqkv, nullptr, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
+    if (err != cudaSuccess) return err;
+  } else {
+    if ((err = AllowSmem(FlashBackwardKVKernel<HS, false>, Cfg::kSmemBytes)) != cudaSuccess)
+      return err;
+    FlashBackwardKVKernel<HS, false><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
+        dqkv, nullptr, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
   using QC = QCfg<HS>;
   if ((err = AllowSmem(FlashBackwardQKernel<HS>, QC::kSmemBytes)) != cudaSuccess) return err;
   FlashBackwardQKernel<HS><<<dim3(B * NH, CeilDiv(T, QC::kBq)), kBwdThreads, QC::kSmemBytes, s>>>(
@@ -60,7 +70,7 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
 
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
-                              Scratch& scratch, cudaStream_t s) {
+                              Scratch& scratch, cudaStream_t s, AttentionKernel kernel) {
   if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
       int64_t(B) * NH > INT32_MAX) {
     return cudaErrorInvalidValue;
@@ -70,13 +80,13 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return cudaErrorMisalignedAddress;
   }
   const int hs = C / NH;
+  if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
+  const bool wgmma = AttentionUsesWgmma(kernel);
+  if (kernel == AttentionKernel::kWgmma && !wgmma) return cudaErrorNotSupported;
   if (hs == 64) {
-    return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, scratch, s);
+    return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, scratch, s);
   }
-  if (hs == 128) {
-    return Backward<128>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, scratch, s);
-  }
-  return cudaErrorInvalidValue;
+  return Backward<128>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, scratch, s);
 }
 
 }  // namespace boulder::kernels::cuda

@@ -11,20 +11,6 @@ namespace {
 
 using namespace attn;
 
-// AttentionWgmmaAvailable() for the current device, asked once per device (it queries the
-// driver): 0 not yet asked, 1 no, 2 yes.
-bool WgmmaOnCurrentDevice() {
-  static std::atomic<int> known[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  int v = known[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = AttentionWgmmaAvailable() ? 2 : 1;
-    known[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
-}
-
 template <int HS>
 cudaError_t Forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
                     cudaStream_t s) {
@@ -40,6 +26,20 @@ cudaError_t Forward(bf16* out, float* stats, const bf16* qkv, int B, int T, int 
 
 }  // namespace
 
+bool AttentionUsesWgmma(AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kMmaSync) return false;
+  // Asked once per device (the query goes to the driver): 0 not yet asked, 1 no, 2 yes.
+  static std::atomic<int> known[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  int v = known[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = AttentionWgmmaAvailable() ? 2 : 1;
+    known[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
                              cudaStream_t s, AttentionKernel kernel) {
   if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
@@ -51,10 +51,8 @@ cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, in
   }
   const int hs = C / NH;
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
-  if (kernel != AttentionKernel::kMmaSync) {
-    if (WgmmaOnCurrentDevice()) return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s);
-    if (kernel == AttentionKernel::kWgmma) return cudaErrorNotSupported;
-  }
+  if (AttentionUsesWgmma(kernel)) return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s);
+  if (kernel == AttentionKernel::kWgmma) return cudaErrorNotSupported;
   if (hs == 64) return Forward<64>(out, stats, qkv, B, T, C, NH, s);
   if (hs == 128) return Forward<128>(out, stats, qkv, B, T, C, NH, s);
   return cudaErrorInvalidValue;

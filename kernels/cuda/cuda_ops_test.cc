@@ -294,15 +294,17 @@ TEST_F(CudaOpsTest, AttentionHead128) {
   AttentionCase(cpu_.get(), gpu_.get(), rng_, 1, 640, 1, 128);
 }
 
-// Each forward kernel by name against the CPU reference on the same inputs: mma.sync (what
-// every GPU before Hopper runs) and, on compute capability 9.0, wgmma (what the backend picks
-// there, so AttentionCase above tests it too). The two must also agree with each other.
-TEST_F(CudaOpsTest, AttentionForwardKernelsMatchCpu) {
+// Each kernel by name against the CPU reference on the same inputs, forward and backward (both
+// dQ modes): mma.sync (what every GPU before Hopper runs) and, on compute capability 9.0,
+// wgmma (what the backend picks there, so AttentionCase above tests it too). The backward
+// reads the CPU forward's out and stats, so each kernel's backward is checked on its own.
+TEST_F(CudaOpsTest, AttentionKernelsMatchCpu) {
   const bool wgmma = AttentionWgmmaAvailable();
-  if (!wgmma) std::printf("[   INFO   ] no wgmma here: checking the mma.sync kernel only\n");
+  if (!wgmma) std::printf("[   INFO   ] no wgmma here: checking the mma.sync kernels only\n");
   struct Case {
     int B, T, NH, HS;
   };
+  Scratch scratch;
   for (const Case& k :
        {Case{2, 1, 3, 64}, Case{2, 63, 3, 64}, Case{2, 200, 3, 64}, Case{1, 1024, 2, 64},
         Case{2, 1, 2, 128}, Case{2, 130, 2, 128}, Case{1, 640, 2, 128}, Case{3, 257, 1, 128}}) {
@@ -311,11 +313,20 @@ TEST_F(CudaOpsTest, AttentionForwardKernelsMatchCpu) {
     const int C = k.NH * k.HS;
     Pair qkv(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * 3 * C),
         out(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * C),
-        stats(cpu_.get(), gpu_.get(), size_t(k.B) * k.NH * k.T, DType::kF32);
+        stats(cpu_.get(), gpu_.get(), size_t(k.B) * k.NH * k.T, DType::kF32),
+        dout(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * C),
+        dqkv(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * 3 * C),
+        ref_out(cpu_.get(), gpu_.get(), size_t(k.B) * k.T * C),
+        ref_stats(cpu_.get(), gpu_.get(), size_t(k.B) * k.NH * k.T, DType::kF32);
     qkv.Set(Random(qkv.n, rng_));
+    dout.Set(Random(dout.n, rng_));
     cpu_->AttentionForward(out.c, stats.cf(), qkv.c, k.B, k.T, C, k.NH);
-    // Kept aside: Poison() below clears the CPU side too.
-    const std::vector<float> want_out = out.Cpu(), want_stats = stats.Cpu();
+    cpu_->AttentionBackward(dqkv.c, dout.c, qkv.c, out.c, stats.cf(), k.B, k.T, C, k.NH);
+    // Kept aside: Poison() below clears the CPU side too. The backward's inputs are the CPU
+    // forward's out and stats (ref_*, uploaded once).
+    const std::vector<float> want_out = out.Cpu(), want_stats = stats.Cpu(), want_dqkv = dqkv.Cpu();
+    ref_out.Set(want_out);
+    ref_stats.Set(want_stats);
     std::vector<std::vector<float>> outs;
     for (AttentionKernel kernel : {AttentionKernel::kMmaSync, AttentionKernel::kWgmma}) {
       const bool is_wgmma = kernel == AttentionKernel::kWgmma;
@@ -335,6 +346,40 @@ TEST_F(CudaOpsTest, AttentionForwardKernelsMatchCpu) {
       outs.push_back(out.Gpu());
       EXPECT_LT(RelErr(outs.back(), want_out), 1e-2) << "attention out";
       EXPECT_LT(RelErr(stats.Gpu(), want_stats), 1e-3) << "attention stats";
+      for (bool deterministic : {false, true}) {
+        SCOPED_TRACE(deterministic ? "deterministic" : "atomic dQ");
+        dqkv.Poison();
+        ASSERT_EQ(cudaSuccess,
+                  AttentionBackward(static_cast<bf16*>(dqkv.g), static_cast<const bf16*>(dout.g),
+                                    static_cast<const bf16*>(qkv.g),
+                                    static_cast<const bf16*>(ref_out.g), ref_stats.gf(), k.B, k.T,
+                                    C, k.NH, deterministic, scratch, gpu_->stream(), kernel));
+        ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+        const std::vector<float> got = dqkv.Gpu();
+        // dQ, dK, dV each (one wrong part must not hide behind the others); at T = 1 dQ and dK
+        // are exactly zero, so those parts are held to the whole gradient's scale.
+        double all = 0;
+        for (float x : want_dqkv) all += double(x) * x;
+        for (int part = 0; part < 3; ++part) {
+          std::vector<float> g, w;
+          for (size_t r = 0; r < size_t(k.B) * k.T; ++r) {
+            for (int c = 0; c < C; ++c) {
+              g.push_back(got[r * 3 * C + part * C + c]);
+              w.push_back(want_dqkv[r * 3 * C + part * C + c]);
+            }
+          }
+          double wn = 0, gn = 0;
+          for (float x : w) wn += double(x) * x;
+          for (float x : g) gn += std::isfinite(x) ? double(x) * x : INFINITY;
+          if (std::sqrt(wn) < 1e-4 * std::sqrt(all)) {
+            EXPECT_LT(std::sqrt(gn), 1e-3 * std::sqrt(all)) << "d"
+                                                            << "qkv"[part] << " (zero)";
+          } else {
+            EXPECT_LT(RelErr(g, w), 2e-2) << "d"
+                                          << "qkv"[part];
+          }
+        }
+      }
     }
     if (outs.size() == 2) {
       EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << "wgmma vs mma.sync";

@@ -148,13 +148,23 @@ cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, in
 // attention_fwd_sm90.cu: true when the current device is compute capability 9.0 and this build
 // carries sm_90a code for the wgmma forward.
 bool AttentionWgmmaAvailable();
+// Whether `kernel` runs wgmma on the current device (kAuto: AttentionWgmmaAvailable(), asked
+// once per device); false for kWgmma where it is not available.
+bool AttentionUsesWgmma(AttentionKernel kernel);
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
                                  int NH, cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise one kernel adds it with FP32 atomics (faster; last bits vary between runs).
+// `kernel` picks the dK/dV kernel as it picks the forward's.
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
-                              Scratch& scratch, cudaStream_t s);
+                              Scratch& scratch, cudaStream_t s,
+                              AttentionKernel kernel = AttentionKernel::kAuto);
+// attention_bwd_sm90.cu: the dK/dV kernel on wgmma (with the dQ atomics into dq_acc, or
+// without when dq_acc is null), given the preprocess arrays (attention_bwd.cuh).
+cudaError_t AttentionBackwardKVSm90(bf16* dqkv, float* dq_acc, const bf16* dout, const bf16* qkv,
+                                    const float* lse2, const float* Dp, int B, int T, int Tp, int C,
+                                    int NH, cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 
