@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace boulder::kernels::cuda::attn {
 
@@ -78,6 +79,11 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Barrier `kId` (1–15; 0 is __syncthreads') over kThreads threads, a multiple of 32.
+template <int kId, int kThreads>
+__device__ __forceinline__ void NamedBarrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 #endif  // BOULDER_ATTENTION_EMULATION
 
@@ -181,6 +187,23 @@ __device__ __forceinline__ void LoadTileAsync(bf16* tile, const bf16* base, size
     const bool valid = row0 + r < T;
     const bf16* src = base + size_t(valid ? row0 + r : 0) * stride + c;
     CpAsync16(tile + r * kLd + c, src, valid);
+  }
+}
+
+// The same into a 128-byte-swizzled tile of ROWS rows (wgmma.cuh's layout, for the sm_90a
+// kernels) at `tile`, 1024-byte aligned.
+template <int ROWS, int HS, int THREADS>
+__device__ __forceinline__ void LoadSwizzledAsync(unsigned char* tile, const bf16* base,
+                                                  size_t stride, int row0, int T) {
+  constexpr int kChunks = HS / 8;
+  static_assert((ROWS * kChunks) % THREADS == 0, "tile copy must divide among the threads");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / THREADS; ++it) {
+    const int i = it * THREADS + threadIdx.x;
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < T;
+    CpAsync16(tile + wgmma::SwizzledChunk(ROWS, r, c),
+              base + size_t(valid ? row0 + r : 0) * stride + c * 8, valid);
   }
 }
 

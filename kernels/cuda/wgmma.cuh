@@ -40,7 +40,10 @@ __device__ __forceinline__ uint32_t SwizzledChunk(int rows, int r, int c) {
   return uint32_t((c / 8) * rows * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4));
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The instructions below exist on sm_90a only. attention_emulation_test.cc compiles the
+// attention kernels as host C++ with BOULDER_ATTENTION_EMULATION defined and its own versions of
+// exactly these functions (a warpgroup's products run at the wait that retires them).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(BOULDER_ATTENTION_EMULATION)
 // Registers written by other instructions must be ordered before a wgmma that reads them.
 __device__ __forceinline__ void Fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -158,7 +161,7 @@ __device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(kTransB));
 }
 
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL && !BOULDER_ATTENTION_EMULATION
 
 }  // namespace boulder::kernels::cuda::wgmma
 

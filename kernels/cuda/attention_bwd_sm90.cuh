@@ -1,0 +1,305 @@
+// Causal flash attention, backward KV kernel, on Hopper's warpgroup tensor-core instructions
+// (wgmma, sm_90a only). Same algorithm, inputs and outputs as attention_bwd.cuh's
+// FlashBackwardKVKernel (read its header for the math and the preprocess/dQ kernels around
+// it); attention_bwd.cu picks this one where AttentionWgmmaAvailable().
+//
+// One block of two warpgroups (256 threads) per (128-key tile, head, batch row); warpgroup w
+// owns key rows [64w, 64w + 64), whose dK and dV accumulate in registers while the block walks
+// the query tiles (kBq = 128 at head size 64, 64 at 128) from the diagonal to T. K, V and the
+// double-buffered Q and dO tiles sit in 128-byte-swizzled shared tiles (wgmma.cuh). Per
+// warpgroup and query tile:
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: m64n{kBq}k16 products, both operands from shared memory, both
+//     issued before one wait;
+//   Pᵀ = 2^(Sᵀ·c − lse2) (masked where the tile crosses the diagonal or passes T) and
+//     dSᵀ = Pᵀ ∘ (dPᵀ − D), in the accumulators;
+//   dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ and dSᵀ from registers, dO and Q read MN-major;
+//   atomic-dQ variant: dSᵀ to shared memory (BF16) first, then dQ += dS·K over the block's keys as
+//     m64n64k16 products with both operands MN-major (at head size 64 warpgroup w takes query
+//     rows [64w, 64w + 64), at 128 the head columns [64w, 64w + 64)), added to the FP32
+//     workspace with atomics.
+// dK (times the softmax scale) and dV are written (=) at the end through the K and V tiles.
+#ifndef BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
+#define BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
+
+#include <type_traits>
+
+#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace boulder::kernels::cuda::attn {
+
+template <int HS>
+struct Sm90BwdCfg {
+  static constexpr int kThreads = 256, kBkv = 128, kBq = HS == 64 ? 128 : 64;
+  static constexpr int kKVBytes = HS / 64 * kBkv * 128;  // K or V
+  static constexpr int kQBytes = HS / 64 * kBq * 128;    // Q or dO, one stage
+  static constexpr int kSBytes = kBq / 64 * kBkv * 128;  // dSᵀ, [keys][queries]
+  // K, V, Q[2], dO[2], dSᵀ, lse2[2], D[2], and room to align the start to 1024 bytes.
+  static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + kSBytes + 4 * kBq * 4 + 1024;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+// d (m64nN) = or += A·B, N = 64 or 128, A and B from shared memory.
+template <int N, int kTransA, int kTransB>
+__device__ __forceinline__ void WgmmaSS(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+  if constexpr (N == 64) {
+    wgmma::WgmmaSS64<kTransA, kTransB>(d, a, b, scale_d);
+  } else {
+    wgmma::WgmmaSS128<kTransA, kTransB>(d, a, b, scale_d);
+  }
+}
+// d (m64nN) += A·B, A from registers, B MN-major.
+template <int N>
+__device__ __forceinline__ void WgmmaRSMN(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 64) {
+    wgmma::WgmmaRS64<1>(d, a, b);
+  } else {
+    wgmma::WgmmaRS128<1>(d, a, b);
+  }
+}
+#endif
+
+template <int HS, bool kAtomicDQ>
+__global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
+    FlashBackwardKVSm90Kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_acc,
+                              const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
+                              const float* __restrict__ lse2, const float* __restrict__ Dp, int T,
+                              int Tp, int C, int NH, float scale, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = Sm90BwdCfg<HS>;
+  constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq, kThreads = Cfg::kThreads;
+  constexpr int kN = kBq / 2, kO = HS / 2;  // accumulators per thread: Sᵀ (and dPᵀ), dK (and dV)
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sK = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sV = sK + Cfg::kKVBytes;
+  unsigned char* sQ = sV + Cfg::kKVBytes;                    // [2]
+  unsigned char* sdO = sQ + 2 * Cfg::kQBytes;                // [2]
+  unsigned char* sdS = sdO + 2 * Cfg::kQBytes;               // atomic dQ only
+  float* sL = reinterpret_cast<float*>(sdS + Cfg::kSBytes);  // [2][kBq]
+  float* sD = sL + 2 * kBq;                                  // [2][kBq]
+
+  const int kt = blockIdx.y;  // grid (B·NH, key tiles), as the mma.sync kernel
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const size_t stride = 3 * size_t(C);
+  const bf16* qbase = qkv + size_t(b) * T * stride + h * HS;
+  const bf16* dobase = dout + size_t(b) * T * C + h * HS;
+  const float* lrow = lse2 + (size_t(b) * NH + h) * Tp;
+  const float* drow = Dp + (size_t(b) * NH + h) * Tp;
+  const int kv0 = kt * kBkv;
+  const int qt_begin = kv0 / kBq, n_qt = (T + kBq - 1) / kBq;
+
+  auto load_q_tile = [&](int qt, int stage) {
+    attn::LoadSwizzledAsync<kBq, HS, kThreads>(sQ + stage * Cfg::kQBytes, qbase, stride, qt * kBq,
+                                               T);
+    attn::LoadSwizzledAsync<kBq, HS, kThreads>(sdO + stage * Cfg::kQBytes, dobase, size_t(C),
+                                               qt * kBq, T);
+    attn::LoadFloatsAsync<kBq>(sL + stage * kBq, lrow + qt * kBq);
+    attn::LoadFloatsAsync<kBq>(sD + stage * kBq, drow + qt * kBq);
+  };
+  attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sK, qbase + C, stride, kv0, T);
+  attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sV, qbase + 2 * C, stride, kv0, T);
+  load_q_tile(qt_begin, 0);
+  attn::CpAsyncCommit();
+
+  const int kvw = kv0 + 64 * wg;       // the warpgroup's first key
+  const int krow = kvw + 16 * wq + g;  // this thread's keys: krow and krow + 8
+  const uint32_t k_addr = attn::SmemAddr(sK) + wg * 64 * 128;
+  const uint32_t v_addr = attn::SmemAddr(sV) + wg * 64 * 128;
+  float dk[kO], dv[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) dk[i] = dv[i] = 0.f;
+
+  for (int qt = qt_begin; qt < n_qt; ++qt) {
+    const int stage = (qt - qt_begin) & 1;
+    if (qt + 1 < n_qt) load_q_tile(qt + 1, stage ^ 1);
+    attn::CpAsyncCommit();
+    attn::CpAsyncWait<1>();
+    wgmma::FenceProxyAsync();
+    __syncthreads();
+
+    const int q0 = qt * kBq;
+    const uint32_t q_addr = attn::SmemAddr(sQ + stage * Cfg::kQBytes);
+    const uint32_t do_addr = attn::SmemAddr(sdO + stage * Cfg::kQBytes);
+    const float* sLs = sL + stage * kBq;
+    const float* sDs = sD + stage * kBq;
+    if (kvw <= q0 + kBq - 1) {  // some (query, key) pair of the warpgroup's is visible
+      // Three commit groups in flight order: Sᵀ, dPᵀ, then dV once Pᵀ is known; each wait
+      // retires the oldest, so the softmax overlaps dPᵀ and the dSᵀ arithmetic overlaps dV.
+      float st[kN], dpt[kN];  // Sᵀ then Pᵀ, dPᵀ then dSᵀ: rows keys, columns queries
+#pragma unroll
+      for (int i = 0; i < kN; ++i) st[i] = dpt[i] = 0.f;
+      wgmma::FenceOperand(st);
+      wgmma::FenceOperand(dpt);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;  // within the atom
+        WgmmaSS<kBq, 0, 0>(st, wgmma::Desc(k_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                           wgmma::Desc(q_addr + (kk / 4) * kBq * 128 + step, 16, 1024), kk > 0);
+      }
+      wgmma::Commit();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;
+        WgmmaSS<kBq, 0, 0>(dpt, wgmma::Desc(v_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                           wgmma::Desc(do_addr + (kk / 4) * kBq * 128 + step, 16, 1024), kk > 0);
+      }
+      wgmma::Commit();
+      wgmma::Wait<1>();  // Sᵀ
+      wgmma::FenceOperand(st);
+
+      const bool mask = kvw + 63 > q0 || q0 + kBq > T;
+#pragma unroll
+      for (int j = 0; j < kBq / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ql = 8 * j + 2 * t4 + (e & 1);
+          float p = exp2f(fmaf(st[4 * j + e], scale_log2, -sLs[ql]));
+          if (mask) {
+            const int kv = krow + (e >> 1) * 8, q = q0 + ql;
+            if (kv > q || q >= T) p = 0.f;
+          }
+          st[4 * j + e] = p;
+        }
+      }
+      uint32_t pa[kBq / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBq / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          pa[kk][r] = attn::PackBf16(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        }
+      }
+      wgmma::FenceOperand(dv);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kBq / 16; ++kk) {
+        WgmmaRSMN<HS>(dv, pa[kk], wgmma::Desc(do_addr + kk * 16 * 128, kBq * 128, 1024));
+      }
+      wgmma::Commit();
+      wgmma::Wait<1>();  // dPᵀ
+      wgmma::FenceOperand(dpt);
+
+      uint32_t da[kBq / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBq / 16; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int j = 2 * kk + r / 2, e = 2 * (r % 2);  // accumulators 4j + e, 4j + e + 1
+          const int ql = 8 * j + 2 * t4;
+          da[kk][r] = attn::PackBf16(st[4 * j + e] * (dpt[4 * j + e] - sDs[ql]),
+                                     st[4 * j + e + 1] * (dpt[4 * j + e + 1] - sDs[ql + 1]));
+        }
+      }
+      if constexpr (kAtomicDQ) {
+        // dSᵀ rows of this warpgroup's keys, before dK's products read the registers: block j
+        // is da[j / 2][2 (j % 2)] (row kr) and da[j / 2][2 (j % 2) + 1] (row kr + 8).
+        const int kr = 64 * wg + 16 * wq + g;
+#pragma unroll
+        for (int j = 0; j < kBq / 8; ++j) {
+          *reinterpret_cast<uint32_t*>(sdS + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
+              da[j / 2][2 * (j % 2)];
+          *reinterpret_cast<uint32_t*>(sdS + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
+              da[j / 2][2 * (j % 2) + 1];
+        }
+      }
+      wgmma::FenceOperand(dk);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kBq / 16; ++kk) {
+        WgmmaRSMN<HS>(dk, da[kk], wgmma::Desc(q_addr + kk * 16 * 128, kBq * 128, 1024));
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(dv);
+      wgmma::FenceOperand(dk);
+    }
+    if constexpr (kAtomicDQ) {
+      wgmma::FenceProxyAsync();
+      __syncthreads();  // the block's dSᵀ is complete
+      // Head size 64: query rows [64·wg, +64) × all columns; 128: all 64 rows × columns
+      // [64·wg, +64). Keys past the block's last query row contribute zero and are skipped; the
+      // steps that remain belong to active warpgroups (their rows of dSᵀ are written).
+      const int q_first = q0 + (HS == 64 ? 64 * wg : 0), q_last = q_first + 63;
+      const int col0 = HS == 64 ? 0 : 64 * wg;
+      if (kv0 <= q_last) {
+        const uint32_t a_addr = attn::SmemAddr(sdS) + (HS == 64 ? wg * kBkv * 128 : 0);
+        const uint32_t b_addr = attn::SmemAddr(sK) + (HS == 64 ? 0 : wg * kBkv * 128);
+        float acc[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+        wgmma::FenceOperand(acc);
+        wgmma::Fence();
+        // q_last − kv0 is 63 (the diagonal's first half: keys past it give zero) or >= 127.
+        auto products = [&](auto steps) {
+#pragma unroll
+          for (int kk = 0; kk < decltype(steps)::value; ++kk) {
+            WgmmaSS<64, 1, 1>(acc, wgmma::Desc(a_addr + kk * 16 * 128, kBkv * 128, 1024),
+                              wgmma::Desc(b_addr + kk * 16 * 128, kBkv * 128, 1024), kk > 0);
+          }
+        };
+        // At head size 64 both warpgroups are active on every tile (q0 >= kv0 and kBq = 128),
+        // so the whole of dSᵀ is written and one straight-line path serves: a second path
+        // there makes ptxas serialize the products (C7520).
+        if (HS == 128 && q_last - kv0 < kBkv - 1) {
+          products(std::integral_constant<int, kBkv / 32>());
+        } else {
+          products(std::integral_constant<int, kBkv / 16>());
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceOperand(acc);
+        const int qa = q_first + 16 * wq + g;
+        float* base = dq_acc + size_t(b) * T * C + h * HS + col0 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (qa < T) attn::AtomicAdd2(base + size_t(qa) * C + 8 * j, acc[4 * j], acc[4 * j + 1]);
+          if (qa + 8 < T) {
+            attn::AtomicAdd2(base + size_t(qa + 8) * C + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warpgroup is done with this stage (and dSᵀ) before a refill
+  }
+  attn::CpAsyncWait<0>();
+
+  // The warpgroup's K and V rows (read by nothing any more) stage its dK and dV.
+  const int kr = 64 * wg + 16 * wq + g;
+#pragma unroll
+  for (int j = 0; j < kO / 4; ++j) {
+    *reinterpret_cast<uint32_t*>(sK + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
+        attn::PackBf16(dk[4 * j] * scale, dk[4 * j + 1] * scale);
+    *reinterpret_cast<uint32_t*>(sK + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
+        attn::PackBf16(dk[4 * j + 2] * scale, dk[4 * j + 3] * scale);
+    *reinterpret_cast<uint32_t*>(sV + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
+        attn::PackBf16(dv[4 * j], dv[4 * j + 1]);
+    *reinterpret_cast<uint32_t*>(sV + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
+        attn::PackBf16(dv[4 * j + 2], dv[4 * j + 3]);
+  }
+  __syncthreads();
+  bf16* dst = dqkv + size_t(b) * T * stride + h * HS;
+  constexpr int kChunks = HS / 8;
+#pragma unroll
+  for (int it = 0; it < kBkv * kChunks / kThreads; ++it) {
+    const int i = it * kThreads + threadIdx.x;
+    const int r = i / kChunks, c = i % kChunks;
+    if (kv0 + r < T) {
+      bf16* row = dst + size_t(kv0 + r) * stride + c * 8;
+      *reinterpret_cast<int4*>(row + C) =
+          *reinterpret_cast<const int4*>(sK + wgmma::SwizzledChunk(kBkv, r, c));
+      *reinterpret_cast<int4*>(row + 2 * C) =
+          *reinterpret_cast<const int4*>(sV + wgmma::SwizzledChunk(kBkv, r, c));
+    }
+  }
+#else
+  __trap();  // launched only where AttentionWgmmaAvailable() holds
+#endif
+}
+
+}  // namespace boulder::kernels::cuda::attn
+
+#endif  // BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_

@@ -1,0 +1,222 @@
+// Causal flash attention, forward, on Hopper's warpgroup tensor-core instructions (wgmma,
+// sm_90a only; attention_fwd.cuh is the mma.sync kernel every other GPU runs, and this one
+// computes the same thing: same online softmax in base 2, same outputs and statistics).
+//
+// One block of two warpgroups (256 threads) per (128-query tile, head, batch row); warpgroup w
+// owns query rows [64w, 64w + 64) of the tile. Q (128 rows) and the K and V tiles of 64 keys sit
+// in shared memory in wgmma's 128-byte-swizzled layout (wgmma.cuh), K and V double-buffered with
+// cp.async (tile j+1 is copied during tile j's products). Per warpgroup and key tile:
+//   S = Q·Kᵀ: HS/16 wgmma m64n64k16, both operands from shared memory, FP32 accumulators
+//     (32 per thread);
+//   causal mask on tiles crossing the warpgroup's diagonal (tiles wholly above it skipped),
+//     online softmax on the accumulators as in attention_fwd.cuh;
+//   O += P·V: 4 wgmma m64nHSk16, P rounded to BF16 straight from S's registers, V from
+//     shared memory read MN-major (no transpose copy).
+// At the end out = O / l, staged through the warpgroup's own Q rows so every global store is a
+// whole 16-byte chunk of a row, and stats = (m + log2 l)·ln 2 as the backward expects.
+#ifndef BOULDER_KERNELS_CUDA_ATTENTION_FWD_SM90_CUH_
+#define BOULDER_KERNELS_CUDA_ATTENTION_FWD_SM90_CUH_
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace boulder::kernels::cuda::attn {
+
+template <int HS>
+struct Sm90FwdCfg {
+  static constexpr int kWarpGroups = 2, kThreads = 128 * kWarpGroups;
+  static constexpr int kBq = 64 * kWarpGroups, kBkv = 64;
+  static constexpr int kQBytes = HS / 64 * kBq * 128, kKVBytes = HS / 64 * kBkv * 128;
+  // Q, K[2], V[2], and room to align the start to 1024 bytes (the swizzle's period).
+  static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;
+};
+
+// Two blocks per multiprocessor at both head sizes: at 128 that caps registers at 128 and ptxas
+// spills 92 bytes, and it still runs faster than one block of 161 registers (H200, hidden-2048
+// shape: 0.109 against 0.122 ms per call; the spare warps hide the wgmma and softmax latency).
+template <int HS>
+__global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
+    FlashForwardSm90Kernel(bf16* __restrict__ out, float* __restrict__ stats,
+                           const bf16* __restrict__ qkv, int T, int C, int NH, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = Sm90FwdCfg<HS>;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kO = HS / 2;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sQ = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sK = sQ + Cfg::kQBytes;
+  unsigned char* sV = sK + 2 * Cfg::kKVBytes;
+
+  // Grid (B·NH, query tiles), the longest query tiles first (as attention_fwd.cuh).
+  const int qt = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const size_t stride = 3 * size_t(C);
+  const bf16* qbase = qkv + size_t(b) * T * stride + h * HS;
+  const bf16* kbase = qbase + C;
+  const bf16* vbase = qbase + 2 * C;
+  const int q0 = qt * kBq;
+  const int n_kv = (min(q0 + kBq, T) - 1) / kBkv + 1;
+
+  attn::LoadSwizzledAsync<kBq, HS, Cfg::kThreads>(sQ, qbase, stride, q0, T);
+  attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(sK, kbase, stride, 0, T);
+  attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(sV, vbase, stride, 0, T);
+  attn::CpAsyncCommit();
+
+  const int qw = q0 + 64 * wg;       // the warpgroup's first query row
+  const int row = qw + 16 * wq + g;  // this thread's rows: row and row + 8
+  const uint32_t q_addr = attn::SmemAddr(sQ) + wg * 64 * 128;
+  float o[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  for (int kb = 0; kb < n_kv; ++kb) {
+    const int stage = kb & 1;
+    if (kb + 1 < n_kv) {
+      attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(sK + (stage ^ 1) * Cfg::kKVBytes, kbase,
+                                                       stride, (kb + 1) * kBkv, T);
+      attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(sV + (stage ^ 1) * Cfg::kKVBytes, vbase,
+                                                       stride, (kb + 1) * kBkv, T);
+    }
+    attn::CpAsyncCommit();
+    attn::CpAsyncWait<1>();  // tile kb (and Q) have landed for this thread
+    wgmma::FenceProxyAsync();
+    __syncthreads();  // ... and for every thread
+
+    const int kv0 = kb * kBkv;
+    // Tiles start at multiples of 64 and so do warpgroups: a processed tile starts at or
+    // before the warpgroup's first row, so every row sees key kv0 and its maximum is finite.
+    if (kv0 <= qw + 63) {
+      const uint32_t k_addr = attn::SmemAddr(sK + stage * Cfg::kKVBytes);
+      const uint32_t v_addr = attn::SmemAddr(sV + stage * Cfg::kKVBytes);
+      float s[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      wgmma::FenceOperand(s);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;  // within the atom
+        wgmma::WgmmaSS64<0, 0>(s, wgmma::Desc(q_addr + (kk / 4) * kBq * 128 + step, 16, 1024),
+                               wgmma::Desc(k_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                               kk > 0);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(s);
+
+      if (kv0 + kBkv - 1 > qw) {  // crosses the warpgroup's diagonal: mask key > query
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (kv0 + 8 * j + 2 * t4 + (e & 1) > row + (e >> 1) * 8) s[4 * j + e] = -INFINITY;
+          }
+        }
+      }
+      float r0 = -INFINITY, r1 = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        r0 = fmaxf(r0, fmaxf(s[4 * j], s[4 * j + 1]));
+        r1 = fmaxf(r1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+      const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
+      const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[4 * j] = exp2f(fmaf(s[4 * j], scale_log2, -mn0));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -mn0));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -mn1));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -mn1));
+        sum0 += s[4 * j] + s[4 * j + 1];
+        sum1 += s[4 * j + 2] + s[4 * j + 3];
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+#pragma unroll
+      for (int j = 0; j < kO / 4; ++j) {
+        o[4 * j] *= alpha0;
+        o[4 * j + 1] *= alpha0;
+        o[4 * j + 2] *= alpha1;
+        o[4 * j + 3] *= alpha1;
+      }
+      uint32_t p[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
+        p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      wgmma::FenceOperand(o);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t dv = wgmma::Desc(v_addr + kk * 16 * 128, kBkv * 128, 1024);
+        if constexpr (HS == 64) {
+          wgmma::WgmmaRS64<1>(o, p[kk], dv);
+        } else {
+          wgmma::WgmmaRS128<1>(o, p[kk], dv);
+        }
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(o);
+    }
+    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+  }
+  attn::CpAsyncWait<0>();
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  // The warpgroup's Q rows (read only by its own, finished, products) stage its output in the
+  // same swizzled layout: each quad writes 4 bytes into distinct banks.
+  const int rr = 64 * wg + 16 * wq + g;  // the thread's first row within the block's tile
+#pragma unroll
+  for (int j = 0; j < kO / 4; ++j) {
+    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr, j) + 4 * t4) =
+        attn::PackBf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr + 8, j) + 4 * t4) =
+        attn::PackBf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+  }
+  // The warpgroup's 4 warps only (named barrier 1 or 2; 0 is __syncthreads').
+  if (wg == 0) {
+    attn::NamedBarrier<1, 128>();
+  } else {
+    attn::NamedBarrier<2, 128>();
+  }
+  bf16* obase = out + size_t(b) * T * C + h * HS;
+  constexpr int kChunks = HS / 8;
+#pragma unroll
+  for (int it = 0; it < 64 * kChunks / 128; ++it) {
+    const int i = it * 128 + threadIdx.x % 128;
+    const int r = i / kChunks, c = i % kChunks;
+    if (qw + r < T) {
+      *reinterpret_cast<int4*>(obase + size_t(qw + r) * C + c * 8) =
+          *reinterpret_cast<const int4*>(sQ + wgmma::SwizzledChunk(kBq, 64 * wg + r, c));
+    }
+  }
+  if (t4 == 0) {
+    float* st = stats + (size_t(b) * NH + h) * T;
+    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
+    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
+  }
+#else
+  __trap();  // launched only where AttentionWgmmaAvailable() holds
+#endif
+}
+
+}  // namespace boulder::kernels::cuda::attn
+
+#endif  // BOULDER_KERNELS_CUDA_ATTENTION_FWD_SM90_CUH_
