@@ -59,6 +59,7 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
         dqkv, nullptr, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
+  if (wgmma) return AttentionBackwardQSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
   using QC = QCfg<HS>;
   if ((err = AllowSmem(FlashBackwardQKernel<HS>, QC::kSmemBytes)) != cudaSuccess) return err;
   FlashBackwardQKernel<HS><<<dim3(B * NH, CeilDiv(T, QC::kBq)), kBwdThreads, QC::kSmemBytes, s>>>(

@@ -18,6 +18,13 @@
 //     rows [64w, 64w + 64), at 128 the head columns [64w, 64w + 64)), added to the FP32
 //     workspace with atomics.
 // dK (times the softmax scale) and dV are written (=) at the end through the K and V tiles.
+//
+// Deterministic mode's dQ kernel (FlashBackwardQSm90Kernel, after the KV kernel without dQ):
+// one block of two warpgroups per 128-query tile, warpgroup w owning query rows [64w, 64w + 64)
+// and their dQ in registers while the block walks the 64-key tiles from 0 to the diagonal in a
+// fixed order (K and V double-buffered): S = Q·Kᵀ and dP = dO·Vᵀ issued together, P and
+// dS = P ∘ (dP − D) in the accumulators, dQ += dS·K with dS from registers and K read MN-major.
+// Bit-reproducible: no atomics, the same order every run. dQ times the scale is written (=).
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
 
@@ -293,6 +300,169 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
           *reinterpret_cast<const int4*>(sK + wgmma::SwizzledChunk(kBkv, r, c));
       *reinterpret_cast<int4*>(row + 2 * C) =
           *reinterpret_cast<const int4*>(sV + wgmma::SwizzledChunk(kBkv, r, c));
+    }
+  }
+#else
+  __trap();  // launched only where AttentionWgmmaAvailable() holds
+#endif
+}
+
+template <int HS>
+struct Sm90QCfg {
+  static constexpr int kThreads = 256, kBq = 128, kBkv = 64;
+  static constexpr int kQBytes = HS / 64 * kBq * 128;    // Q or dO
+  static constexpr int kKVBytes = HS / 64 * kBkv * 128;  // K or V, one stage
+  // Q, dO, K[2], V[2], and room to align the start to 1024 bytes.
+  static constexpr int kSmemBytes = 2 * kQBytes + 4 * kKVBytes + 1024;
+};
+
+template <int HS>
+__global__ void __launch_bounds__(Sm90QCfg<HS>::kThreads, HS == 64 ? 2 : 1)
+    FlashBackwardQSm90Kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
+                             const bf16* __restrict__ qkv, const float* __restrict__ lse2,
+                             const float* __restrict__ Dp, int T, int Tp, int C, int NH,
+                             float scale, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = Sm90QCfg<HS>;
+  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kThreads = Cfg::kThreads, kO = HS / 2;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* sQ = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sdO = sQ + Cfg::kQBytes;
+  unsigned char* sK = sdO + Cfg::kQBytes;      // [2]
+  unsigned char* sV = sK + 2 * Cfg::kKVBytes;  // [2]
+
+  const int qt = gridDim.y - 1 - blockIdx.y;  // grid (B·NH, query tiles): longest first
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const size_t stride = 3 * size_t(C);
+  const bf16* qbase = qkv + size_t(b) * T * stride + h * HS;
+  const bf16* kbase = qbase + C;
+  const bf16* vbase = qbase + 2 * C;
+  const int q0 = qt * kBq;
+  const int n_kv = (min(q0 + kBq, T) - 1) / kBkv + 1;
+
+  attn::LoadSwizzledAsync<kBq, HS, kThreads>(sQ, qbase, stride, q0, T);
+  attn::LoadSwizzledAsync<kBq, HS, kThreads>(sdO, dout + size_t(b) * T * C + h * HS, size_t(C), q0,
+                                             T);
+  attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sK, kbase, stride, 0, T);
+  attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sV, vbase, stride, 0, T);
+  attn::CpAsyncCommit();
+
+  const int qw = q0 + 64 * wg;       // the warpgroup's first query row
+  const int row = qw + 16 * wq + g;  // this thread's rows: row and row + 8
+  // The preprocess arrays are padded to Tp >= q0 + kBq.
+  const size_t bh = size_t(b) * NH + h;
+  const float lse0 = lse2[bh * Tp + row], lse1 = lse2[bh * Tp + row + 8];
+  const float D0 = Dp[bh * Tp + row], D1 = Dp[bh * Tp + row + 8];
+  const uint32_t q_addr = attn::SmemAddr(sQ) + wg * 64 * 128;
+  const uint32_t do_addr = attn::SmemAddr(sdO) + wg * 64 * 128;
+  float dq[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) dq[i] = 0.f;
+
+  for (int kb = 0; kb < n_kv; ++kb) {
+    const int stage = kb & 1;
+    if (kb + 1 < n_kv) {
+      attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sK + (stage ^ 1) * Cfg::kKVBytes, kbase, stride,
+                                                  (kb + 1) * kBkv, T);
+      attn::LoadSwizzledAsync<kBkv, HS, kThreads>(sV + (stage ^ 1) * Cfg::kKVBytes, vbase, stride,
+                                                  (kb + 1) * kBkv, T);
+    }
+    attn::CpAsyncCommit();
+    attn::CpAsyncWait<1>();
+    wgmma::FenceProxyAsync();
+    __syncthreads();
+
+    const int kv0 = kb * kBkv;
+    if (kv0 <= qw + 63) {  // as in the forward: every row sees key kv0
+      const uint32_t k_addr = attn::SmemAddr(sK + stage * Cfg::kKVBytes);
+      const uint32_t v_addr = attn::SmemAddr(sV + stage * Cfg::kKVBytes);
+      float s[32], dp[32];  // S then P, dP
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
+      wgmma::FenceOperand(s);
+      wgmma::FenceOperand(dp);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;  // within the atom
+        wgmma::WgmmaSS64<0, 0>(s, wgmma::Desc(q_addr + (kk / 4) * kBq * 128 + step, 16, 1024),
+                               wgmma::Desc(k_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                               kk > 0);
+      }
+      wgmma::Commit();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;
+        wgmma::WgmmaSS64<0, 0>(dp, wgmma::Desc(do_addr + (kk / 4) * kBq * 128 + step, 16, 1024),
+                               wgmma::Desc(v_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                               kk > 0);
+      }
+      wgmma::Commit();
+      wgmma::Wait<1>();  // S
+      wgmma::FenceOperand(s);
+      const bool mask = kv0 + kBkv - 1 > qw || qw + 64 > T;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = row + (e >> 1) * 8;
+          float p = exp2f(fmaf(s[4 * j + e], scale_log2, -((e >> 1) ? lse1 : lse0)));
+          if (mask && (kv0 + 8 * j + 2 * t4 + (e & 1) > q || q >= T)) p = 0.f;
+          s[4 * j + e] = p;
+        }
+      }
+      wgmma::Wait<0>();  // dP
+      wgmma::FenceOperand(dp);
+      uint32_t da[4][4];  // dS as the A operand of dS·K, one 16-key step each
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int j = 2 * kk + r / 2, e = 2 * (r % 2);  // accumulators 4j + e, 4j + e + 1
+          const float d = e ? D1 : D0;
+          da[kk][r] = attn::PackBf16(s[4 * j + e] * (dp[4 * j + e] - d),
+                                     s[4 * j + e + 1] * (dp[4 * j + e + 1] - d));
+        }
+      }
+      wgmma::FenceOperand(dq);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        WgmmaRSMN<HS>(dq, da[kk], wgmma::Desc(k_addr + kk * 16 * 128, kBkv * 128, 1024));
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(dq);
+    }
+    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+  }
+  attn::CpAsyncWait<0>();
+
+  // The warpgroup's Q rows (read only by its own, finished, products) stage its dQ.
+  const int rr = 64 * wg + 16 * wq + g;
+#pragma unroll
+  for (int j = 0; j < kO / 4; ++j) {
+    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr, j) + 4 * t4) =
+        attn::PackBf16(dq[4 * j] * scale, dq[4 * j + 1] * scale);
+    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr + 8, j) + 4 * t4) =
+        attn::PackBf16(dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
+  }
+  if (wg == 0) {
+    attn::NamedBarrier<1, 128>();
+  } else {
+    attn::NamedBarrier<2, 128>();
+  }
+  bf16* dst = dqkv + size_t(b) * T * stride + h * HS;
+  constexpr int kChunks = HS / 8;
+#pragma unroll
+  for (int it = 0; it < 64 * kChunks / 128; ++it) {
+    const int i = it * 128 + threadIdx.x % 128;
+    const int r = i / kChunks, c = i % kChunks;
+    if (qw + r < T) {
+      *reinterpret_cast<int4*>(dst + size_t(qw + r) * stride + c * 8) =
+          *reinterpret_cast<const int4*>(sQ + wgmma::SwizzledChunk(kBq, 64 * wg + r, c));
     }
   }
 #else

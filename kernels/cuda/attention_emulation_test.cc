@@ -666,8 +666,8 @@ void RunBackward(const Problem& pr, const std::vector<bf16>& qkv, const std::vec
          [=] { FlashBackwardQKernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2); });
 }
 
-// Mirror AttentionForwardSm90 (attention_fwd_sm90.cu) and, with the preprocess and dQ kernels
-// of Backward<HS> (attention_bwd.cu), the wgmma dK/dV kernel's launch.
+// Mirror AttentionForwardSm90 (attention_fwd_sm90.cu) and Backward<HS> (attention_bwd.cu) with
+// its wgmma kernels: preprocess, dK/dV, then the dQ conversion or the deterministic dQ kernel.
 template <int HS>
 void RunForwardSm90(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf16>* out,
                     std::vector<float>* stats) {
@@ -711,9 +711,10 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
     FlashBackwardKVSm90Kernel<HS, false>(pdq, nullptr, pdo, pq, pL, pD, T, Tp, C, NH, scale,
                                          scale_log2);
   });
-  using QC = QCfg<HS>;
-  Launch(dim3(B * NH, (T + QC::kBq - 1) / QC::kBq), kBwdThreads, QC::kSmemBytes,
-         [=] { FlashBackwardQKernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2); });
+  using QC = Sm90QCfg<HS>;
+  Launch(dim3(B * NH, (T + QC::kBq - 1) / QC::kBq), QC::kThreads, QC::kSmemBytes, [=] {
+    FlashBackwardQSm90Kernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2);
+  });
 }
 
 enum class Schedule { kLockstepLazyCopies, kGreedyEagerCopies, kGreedyLazyCopies };

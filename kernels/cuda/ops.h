@@ -165,6 +165,11 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
 cudaError_t AttentionBackwardKVSm90(bf16* dqkv, float* dq_acc, const bf16* dout, const bf16* qkv,
                                     const float* lse2, const float* Dp, int B, int T, int Tp, int C,
                                     int NH, cudaStream_t s);
+// attention_bwd_sm90.cu: deterministic mode's dQ kernel on wgmma (after the KV kernel without
+// dQ), writing dqkv's Q part (=).
+cudaError_t AttentionBackwardQSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
+                                   const float* Dp, int B, int T, int Tp, int C, int NH,
+                                   cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 
