@@ -20,7 +20,7 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
                      bool wgmma, Scratch& scratch, cudaStream_t s) {
   const int Tp = PaddedT(T);
   const size_t n_rows = size_t(B) * NH * Tp;
-  const size_t n_dq = deterministic ? 0 : size_t(B) * T * C;
+  const size_t n_dq = deterministic || wgmma ? 0 : size_t(B) * T * C;
   float* Dp = static_cast<float*>(scratch.Get(sizeof(float) * (2 * n_rows + n_dq)));
   if (!Dp) return scratch.last_error();
   float* lse2 = Dp + n_rows;
@@ -31,35 +31,25 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
       <<<CeilDiv(n_rows, 8), 256, 0, s>>>(Dp, lse2, dout, out, stats, B, T, Tp, C, NH);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
+  if (wgmma) return AttentionBackwardSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
   const dim3 kv_grid(B * NH, CeilDiv(T, KVCfg<HS, true>::kBkv));
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;
     if ((err = cudaMemsetAsync(dq_acc, 0, sizeof(float) * n_dq, s)) != cudaSuccess) return err;
-    if (wgmma) {
-      err = AttentionBackwardKVSm90(dqkv, dq_acc, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
-      if (err != cudaSuccess) return err;
-    } else {
-      if ((err = AllowSmem(FlashBackwardKVKernel<HS, true>, Cfg::kSmemBytes)) != cudaSuccess)
-        return err;
-      FlashBackwardKVKernel<HS, true><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
-          dqkv, dq_acc, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
-      if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    }
+    if ((err = AllowSmem(FlashBackwardKVKernel<HS, true>, Cfg::kSmemBytes)) != cudaSuccess)
+      return err;
+    FlashBackwardKVKernel<HS, true><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
+        dqkv, dq_acc, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
     ConvertDQKernel<<<CeilDiv(n_dq / 8, 256), 256, 0, s>>>(dqkv, dq_acc, n_dq / 8, C, scale);
     return cudaGetLastError();
   }
   using Cfg = KVCfg<HS, false>;
-  if (wgmma) {
-    err = AttentionBackwardKVSm90(dqkv, nullptr, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
-    if (err != cudaSuccess) return err;
-  } else {
-    if ((err = AllowSmem(FlashBackwardKVKernel<HS, false>, Cfg::kSmemBytes)) != cudaSuccess)
-      return err;
-    FlashBackwardKVKernel<HS, false><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
-        dqkv, nullptr, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  }
-  if (wgmma) return AttentionBackwardQSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
+  if ((err = AllowSmem(FlashBackwardKVKernel<HS, false>, Cfg::kSmemBytes)) != cudaSuccess)
+    return err;
+  FlashBackwardKVKernel<HS, false><<<kv_grid, kBwdThreads, Cfg::kSmemBytes, s>>>(
+      dqkv, nullptr, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
   using QC = QCfg<HS>;
   if ((err = AllowSmem(FlashBackwardQKernel<HS>, QC::kSmemBytes)) != cudaSuccess) return err;
   FlashBackwardQKernel<HS><<<dim3(B * NH, CeilDiv(T, QC::kBq)), kBwdThreads, QC::kSmemBytes, s>>>(

@@ -13,22 +13,19 @@
 //   Pᵀ = 2^(Sᵀ·c − lse2) (masked where the tile crosses the diagonal or passes T) and
 //     dSᵀ = Pᵀ ∘ (dPᵀ − D), in the accumulators;
 //   dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ and dSᵀ from registers, dO and Q read MN-major;
-//   atomic-dQ variant: dSᵀ to shared memory (BF16) first, then dQ += dS·K over the block's keys as
-//     m64n64k16 products with both operands MN-major (at head size 64 warpgroup w takes query
-//     rows [64w, 64w + 64), at 128 the head columns [64w, 64w + 64)), added to the FP32
-//     workspace with atomics.
 // dK (times the softmax scale) and dV are written (=) at the end through the K and V tiles.
 //
-// Deterministic mode's dQ kernel (FlashBackwardQSm90Kernel, after the KV kernel without dQ):
-// one block of two warpgroups per 128-query tile, warpgroup w owning query rows [64w, 64w + 64)
-// and their dQ in registers while the block walks the 64-key tiles from 0 to the diagonal in a
+// dQ comes from a second kernel, FlashBackwardQSm90Kernel, in both modes of `deterministic`:
+// on the H200 it is faster than adding dS·K with atomics from this kernel (attention_bench,
+// per layer call: GPT-2 0.325 against 0.330 ms, hidden-2048 0.357 against 0.388; the atomic
+// variant, verified and then removed, is in the history at 1945aab) and it is bit-reproducible.
+// It runs one block of two warpgroups per 128-query tile, warpgroup w owning query rows [64w, 64w +
+// 64) and their dQ in registers while the block walks the 64-key tiles from 0 to the diagonal in a
 // fixed order (K and V double-buffered): S = Q·Kᵀ and dP = dO·Vᵀ issued together, P and
 // dS = P ∘ (dP − D) in the accumulators, dQ += dS·K with dS from registers and K read MN-major.
 // Bit-reproducible: no atomics, the same order every run. dQ times the scale is written (=).
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
-
-#include <type_traits>
 
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -41,9 +38,8 @@ struct Sm90BwdCfg {
   static constexpr int kThreads = 256, kBkv = 128, kBq = HS == 64 ? 128 : 64;
   static constexpr int kKVBytes = HS / 64 * kBkv * 128;  // K or V
   static constexpr int kQBytes = HS / 64 * kBq * 128;    // Q or dO, one stage
-  static constexpr int kSBytes = kBq / 64 * kBkv * 128;  // dSᵀ, [keys][queries]
-  // K, V, Q[2], dO[2], dSᵀ, lse2[2], D[2], and room to align the start to 1024 bytes.
-  static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + kSBytes + 4 * kBq * 4 + 1024;
+  // K, V, Q[2], dO[2], lse2[2], D[2], and room to align the start to 1024 bytes.
+  static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + 4 * kBq * 4 + 1024;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
@@ -67,12 +63,12 @@ __device__ __forceinline__ void WgmmaRSMN(float (&d)[N / 2], const uint32_t (&a)
 }
 #endif
 
-template <int HS, bool kAtomicDQ>
+template <int HS>
 __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
-    FlashBackwardKVSm90Kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_acc,
-                              const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
-                              const float* __restrict__ lse2, const float* __restrict__ Dp, int T,
-                              int Tp, int C, int NH, float scale, float scale_log2) {
+    FlashBackwardKVSm90Kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
+                              const bf16* __restrict__ qkv, const float* __restrict__ lse2,
+                              const float* __restrict__ Dp, int T, int Tp, int C, int NH,
+                              float scale, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
   using Cfg = Sm90BwdCfg<HS>;
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq, kThreads = Cfg::kThreads;
@@ -80,11 +76,10 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* sK = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
   unsigned char* sV = sK + Cfg::kKVBytes;
-  unsigned char* sQ = sV + Cfg::kKVBytes;                    // [2]
-  unsigned char* sdO = sQ + 2 * Cfg::kQBytes;                // [2]
-  unsigned char* sdS = sdO + 2 * Cfg::kQBytes;               // atomic dQ only
-  float* sL = reinterpret_cast<float*>(sdS + Cfg::kSBytes);  // [2][kBq]
-  float* sD = sL + 2 * kBq;                                  // [2][kBq]
+  unsigned char* sQ = sV + Cfg::kKVBytes;                        // [2]
+  unsigned char* sdO = sQ + 2 * Cfg::kQBytes;                    // [2]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kQBytes);  // [2][kBq]
+  float* sD = sL + 2 * kBq;                                      // [2][kBq]
 
   const int kt = blockIdx.y;  // grid (B·NH, key tiles), as the mma.sync kernel
   const int h = blockIdx.x % NH, b = blockIdx.x / NH;
@@ -201,18 +196,6 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
                                      st[4 * j + e + 1] * (dpt[4 * j + e + 1] - sDs[ql + 1]));
         }
       }
-      if constexpr (kAtomicDQ) {
-        // dSᵀ rows of this warpgroup's keys, before dK's products read the registers: block j
-        // is da[j / 2][2 (j % 2)] (row kr) and da[j / 2][2 (j % 2) + 1] (row kr + 8).
-        const int kr = 64 * wg + 16 * wq + g;
-#pragma unroll
-        for (int j = 0; j < kBq / 8; ++j) {
-          *reinterpret_cast<uint32_t*>(sdS + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
-              da[j / 2][2 * (j % 2)];
-          *reinterpret_cast<uint32_t*>(sdS + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
-              da[j / 2][2 * (j % 2) + 1];
-        }
-      }
       wgmma::FenceOperand(dk);
       wgmma::Fence();
 #pragma unroll
@@ -224,53 +207,7 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
       wgmma::FenceOperand(dv);
       wgmma::FenceOperand(dk);
     }
-    if constexpr (kAtomicDQ) {
-      wgmma::FenceProxyAsync();
-      __syncthreads();  // the block's dSᵀ is complete
-      // Head size 64: query rows [64·wg, +64) × all columns; 128: all 64 rows × columns
-      // [64·wg, +64). Keys past the block's last query row contribute zero and are skipped; the
-      // steps that remain belong to active warpgroups (their rows of dSᵀ are written).
-      const int q_first = q0 + (HS == 64 ? 64 * wg : 0), q_last = q_first + 63;
-      const int col0 = HS == 64 ? 0 : 64 * wg;
-      if (kv0 <= q_last) {
-        const uint32_t a_addr = attn::SmemAddr(sdS) + (HS == 64 ? wg * kBkv * 128 : 0);
-        const uint32_t b_addr = attn::SmemAddr(sK) + (HS == 64 ? 0 : wg * kBkv * 128);
-        float acc[32];
-#pragma unroll
-        for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-        wgmma::FenceOperand(acc);
-        wgmma::Fence();
-        // q_last − kv0 is 63 (the diagonal's first half: keys past it give zero) or >= 127.
-        auto products = [&](auto steps) {
-#pragma unroll
-          for (int kk = 0; kk < decltype(steps)::value; ++kk) {
-            WgmmaSS<64, 1, 1>(acc, wgmma::Desc(a_addr + kk * 16 * 128, kBkv * 128, 1024),
-                              wgmma::Desc(b_addr + kk * 16 * 128, kBkv * 128, 1024), kk > 0);
-          }
-        };
-        // At head size 64 both warpgroups are active on every tile (q0 >= kv0 and kBq = 128),
-        // so the whole of dSᵀ is written and one straight-line path serves: a second path
-        // there makes ptxas serialize the products (C7520).
-        if (HS == 128 && q_last - kv0 < kBkv - 1) {
-          products(std::integral_constant<int, kBkv / 32>());
-        } else {
-          products(std::integral_constant<int, kBkv / 16>());
-        }
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        wgmma::FenceOperand(acc);
-        const int qa = q_first + 16 * wq + g;
-        float* base = dq_acc + size_t(b) * T * C + h * HS + col0 + 2 * t4;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (qa < T) attn::AtomicAdd2(base + size_t(qa) * C + 8 * j, acc[4 * j], acc[4 * j + 1]);
-          if (qa + 8 < T) {
-            attn::AtomicAdd2(base + size_t(qa + 8) * C + 8 * j, acc[4 * j + 2], acc[4 * j + 3]);
-          }
-        }
-      }
-    }
-    __syncthreads();  // every warpgroup is done with this stage (and dSᵀ) before a refill
+    __syncthreads();  // every warpgroup is done with this stage before a refill
   }
   attn::CpAsyncWait<0>();
 

@@ -154,22 +154,19 @@ bool AttentionUsesWgmma(AttentionKernel kernel);
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
                                  int NH, cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
-// otherwise one kernel adds it with FP32 atomics (faster; last bits vary between runs).
-// `kernel` picks the dK/dV kernel as it picks the forward's.
+// otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
+// between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
+// picks as for the forward.
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
                               Scratch& scratch, cudaStream_t s,
                               AttentionKernel kernel = AttentionKernel::kAuto);
-// attention_bwd_sm90.cu: the dK/dV kernel on wgmma (with the dQ atomics into dq_acc, or
-// without when dq_acc is null), given the preprocess arrays (attention_bwd.cuh).
-cudaError_t AttentionBackwardKVSm90(bf16* dqkv, float* dq_acc, const bf16* dout, const bf16* qkv,
-                                    const float* lse2, const float* Dp, int B, int T, int Tp, int C,
-                                    int NH, cudaStream_t s);
-// attention_bwd_sm90.cu: deterministic mode's dQ kernel on wgmma (after the KV kernel without
-// dQ), writing dqkv's Q part (=).
-cudaError_t AttentionBackwardQSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
-                                   const float* Dp, int B, int T, int Tp, int C, int NH,
-                                   cudaStream_t s);
+// attention_bwd_sm90.cu: the backward's dK/dV and dQ kernels on wgmma (both modes: the dQ
+// kernel is deterministic and faster than atomics there), given the preprocess arrays
+// (attention_bwd.cuh).
+cudaError_t AttentionBackwardSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
+                                  const float* Dp, int B, int T, int Tp, int C, int NH,
+                                  cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 
