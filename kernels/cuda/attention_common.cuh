@@ -15,7 +15,9 @@
 //
 // Shared-memory tiles are row-major with rows of HS + 8 BF16 (kPad): a row is a multiple of
 // 16 bytes and consecutive rows start 16 bytes apart modulo 128, so the eight 16-byte rows an
-// ldmatrix phase reads fall in distinct banks.
+// ldmatrix phase reads fall in distinct banks. The sm_90a kernels (attention_{fwd,bwd}_sm90.cuh)
+// use wgmma's 128-byte-swizzled tiles instead (wgmma.cuh, LoadSwizzledAsync below) and, of
+// these, the cp.async copies, SmemAddr, NamedBarrier and PackBf16.
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 
