@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq, kThreads = Cfg::kThreads;
   constexpr int kN = kBq / 2, kO = HS / 2;  // accumulators per thread: Sᵀ (and dPᵀ), dK (and dV)
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* sK = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sK = attn::AlignSwizzled(smem);
   unsigned char* sV = sK + Cfg::kKVBytes;
   unsigned char* sQ = sV + Cfg::kKVBytes;                        // [2]
   unsigned char* sdO = sQ + 2 * Cfg::kQBytes;                    // [2]
@@ -213,32 +213,12 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
 
   // The warpgroup's K and V rows (read by nothing any more) stage its dK and dV.
   const int kr = 64 * wg + 16 * wq + g;
-#pragma unroll
-  for (int j = 0; j < kO / 4; ++j) {
-    *reinterpret_cast<uint32_t*>(sK + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
-        attn::PackBf16(dk[4 * j] * scale, dk[4 * j + 1] * scale);
-    *reinterpret_cast<uint32_t*>(sK + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
-        attn::PackBf16(dk[4 * j + 2] * scale, dk[4 * j + 3] * scale);
-    *reinterpret_cast<uint32_t*>(sV + wgmma::SwizzledChunk(kBkv, kr, j) + 4 * t4) =
-        attn::PackBf16(dv[4 * j], dv[4 * j + 1]);
-    *reinterpret_cast<uint32_t*>(sV + wgmma::SwizzledChunk(kBkv, kr + 8, j) + 4 * t4) =
-        attn::PackBf16(dv[4 * j + 2], dv[4 * j + 3]);
-  }
-  __syncthreads();
+  attn::StageAccumulators<kBkv, HS>(sK, kr, dk, scale, scale);
+  attn::StageAccumulators<kBkv, HS>(sV, kr, dv, 1.f, 1.f);
+  attn::WarpgroupBarrier(wg);
   bf16* dst = dqkv + size_t(b) * T * stride + h * HS;
-  constexpr int kChunks = HS / 8;
-#pragma unroll
-  for (int it = 0; it < kBkv * kChunks / kThreads; ++it) {
-    const int i = it * kThreads + threadIdx.x;
-    const int r = i / kChunks, c = i % kChunks;
-    if (kv0 + r < T) {
-      bf16* row = dst + size_t(kv0 + r) * stride + c * 8;
-      *reinterpret_cast<int4*>(row + C) =
-          *reinterpret_cast<const int4*>(sK + wgmma::SwizzledChunk(kBkv, r, c));
-      *reinterpret_cast<int4*>(row + 2 * C) =
-          *reinterpret_cast<const int4*>(sV + wgmma::SwizzledChunk(kBkv, r, c));
-    }
-  }
+  attn::StoreWarpgroupRows<kBkv, HS>(dst + C, stride, kvw, T, sK, 64 * wg);
+  attn::StoreWarpgroupRows<kBkv, HS>(dst + 2 * C, stride, kvw, T, sV, 64 * wg);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif
@@ -263,7 +243,7 @@ __global__ void __launch_bounds__(Sm90QCfg<HS>::kThreads, HS == 64 ? 2 : 1)
   using Cfg = Sm90QCfg<HS>;
   constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kThreads = Cfg::kThreads, kO = HS / 2;
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* sQ = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sQ = attn::AlignSwizzled(smem);
   unsigned char* sdO = sQ + Cfg::kQBytes;
   unsigned char* sK = sdO + Cfg::kQBytes;      // [2]
   unsigned char* sV = sK + 2 * Cfg::kKVBytes;  // [2]
@@ -378,30 +358,10 @@ __global__ void __launch_bounds__(Sm90QCfg<HS>::kThreads, HS == 64 ? 2 : 1)
   attn::CpAsyncWait<0>();
 
   // The warpgroup's Q rows (read only by its own, finished, products) stage its dQ.
-  const int rr = 64 * wg + 16 * wq + g;
-#pragma unroll
-  for (int j = 0; j < kO / 4; ++j) {
-    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr, j) + 4 * t4) =
-        attn::PackBf16(dq[4 * j] * scale, dq[4 * j + 1] * scale);
-    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr + 8, j) + 4 * t4) =
-        attn::PackBf16(dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
-  }
-  if (wg == 0) {
-    attn::NamedBarrier<1, 128>();
-  } else {
-    attn::NamedBarrier<2, 128>();
-  }
-  bf16* dst = dqkv + size_t(b) * T * stride + h * HS;
-  constexpr int kChunks = HS / 8;
-#pragma unroll
-  for (int it = 0; it < 64 * kChunks / 128; ++it) {
-    const int i = it * 128 + threadIdx.x % 128;
-    const int r = i / kChunks, c = i % kChunks;
-    if (qw + r < T) {
-      *reinterpret_cast<int4*>(dst + size_t(qw + r) * stride + c * 8) =
-          *reinterpret_cast<const int4*>(sQ + wgmma::SwizzledChunk(kBq, 64 * wg + r, c));
-    }
-  }
+  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, dq, scale, scale);
+  attn::WarpgroupBarrier(wg);
+  attn::StoreWarpgroupRows<kBq, HS>(dqkv + size_t(b) * T * stride + h * HS, stride, qw, T, sQ,
+                                    64 * wg);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif

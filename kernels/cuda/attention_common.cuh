@@ -17,7 +17,8 @@
 // 16 bytes and consecutive rows start 16 bytes apart modulo 128, so the eight 16-byte rows an
 // ldmatrix phase reads fall in distinct banks. The sm_90a kernels (attention_{fwd,bwd}_sm90.cuh)
 // use wgmma's 128-byte-swizzled tiles instead (wgmma.cuh, LoadSwizzledAsync below) and, of
-// these, the cp.async copies, SmemAddr, NamedBarrier and PackBf16.
+// these, the cp.async copies, SmemAddr, NamedBarrier and PackBf16, and the staging helpers
+// below.
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_COMMON_CUH_
 
@@ -206,6 +207,56 @@ __device__ __forceinline__ void LoadSwizzledAsync(unsigned char* tile, const bf1
     const bool valid = row0 + r < T;
     CpAsync16(tile + wgmma::SwizzledChunk(ROWS, r, c),
               base + size_t(valid ? row0 + r : 0) * stride + c * 8, valid);
+  }
+}
+
+// The start of dynamic shared memory rounded up to 1024 bytes, the 128-byte swizzle's period
+// (the sm_90a kernels ask for 1024 bytes more than their tiles take).
+__device__ __forceinline__ unsigned char* AlignSwizzled(unsigned char* smem) {
+  return smem + ((1024u - (SmemAddr(smem) & 1023u)) & 1023u);
+}
+
+// The 128 threads of warpgroup `wg` (0 or 1) of a block meet (named barrier 1 + wg; 0 is
+// __syncthreads').
+__device__ __forceinline__ void WarpgroupBarrier(int wg) {
+  if (wg == 0) {
+    NamedBarrier<1, 128>();
+  } else {
+    NamedBarrier<2, 128>();
+  }
+}
+
+// Writes this thread's part of a warpgroup's m64nHS accumulators (wgmma.cuh's layout), times s0
+// in its first row and s1 in its second, as BF16 into rows r and r + 8 of a swizzled tile of
+// ROWS rows: each quad writes 4 bytes into distinct banks.
+template <int ROWS, int HS>
+__device__ __forceinline__ void StageAccumulators(unsigned char* tile, int r,
+                                                  const float (&acc)[HS / 2], float s0, float s1) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < HS / 8; ++j) {
+    *reinterpret_cast<uint32_t*>(tile + wgmma::SwizzledChunk(ROWS, r, j) + 4 * t4) =
+        PackBf16(acc[4 * j] * s0, acc[4 * j + 1] * s0);
+    *reinterpret_cast<uint32_t*>(tile + wgmma::SwizzledChunk(ROWS, r + 8, j) + 4 * t4) =
+        PackBf16(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1);
+  }
+}
+
+// Copies rows [tile_row0, tile_row0 + 64) × HS columns of a swizzled tile of ROWS rows to
+// global rows [row0, row0 + 64) (row stride `stride`; rows at or past T skipped), 16 bytes per
+// store, by the 128 threads of one warpgroup.
+template <int ROWS, int HS>
+__device__ __forceinline__ void StoreWarpgroupRows(bf16* dst, size_t stride, int row0, int T,
+                                                   const unsigned char* tile, int tile_row0) {
+  constexpr int kChunks = HS / 8;
+#pragma unroll
+  for (int it = 0; it < 64 * kChunks / 128; ++it) {
+    const int i = it * 128 + threadIdx.x % 128;
+    const int r = i / kChunks, c = i % kChunks;
+    if (row0 + r < T) {
+      *reinterpret_cast<int4*>(dst + size_t(row0 + r) * stride + c * 8) =
+          *reinterpret_cast<const int4*>(tile + wgmma::SwizzledChunk(ROWS, tile_row0 + r, c));
+    }
   }
 }
 

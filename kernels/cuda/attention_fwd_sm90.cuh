@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
   using Cfg = Sm90FwdCfg<HS>;
   constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kO = HS / 2;
   extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* sQ = smem + ((1024u - (attn::SmemAddr(smem) & 1023u)) & 1023u);
+  unsigned char* sQ = attn::AlignSwizzled(smem);
   unsigned char* sK = sQ + Cfg::kQBytes;
   unsigned char* sV = sK + 2 * Cfg::kKVBytes;
 
@@ -180,33 +180,12 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  // The warpgroup's Q rows (read only by its own, finished, products) stage its output in the
-  // same swizzled layout: each quad writes 4 bytes into distinct banks.
-  const int rr = 64 * wg + 16 * wq + g;  // the thread's first row within the block's tile
-#pragma unroll
-  for (int j = 0; j < kO / 4; ++j) {
-    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr, j) + 4 * t4) =
-        attn::PackBf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
-    *reinterpret_cast<uint32_t*>(sQ + wgmma::SwizzledChunk(kBq, rr + 8, j) + 4 * t4) =
-        attn::PackBf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
-  }
-  // The warpgroup's 4 warps only (named barrier 1 or 2; 0 is __syncthreads').
-  if (wg == 0) {
-    attn::NamedBarrier<1, 128>();
-  } else {
-    attn::NamedBarrier<2, 128>();
-  }
-  bf16* obase = out + size_t(b) * T * C + h * HS;
-  constexpr int kChunks = HS / 8;
-#pragma unroll
-  for (int it = 0; it < 64 * kChunks / 128; ++it) {
-    const int i = it * 128 + threadIdx.x % 128;
-    const int r = i / kChunks, c = i % kChunks;
-    if (qw + r < T) {
-      *reinterpret_cast<int4*>(obase + size_t(qw + r) * C + c * 8) =
-          *reinterpret_cast<const int4*>(sQ + wgmma::SwizzledChunk(kBq, 64 * wg + r, c));
-    }
-  }
+  // The warpgroup's Q rows (read only by its own, finished, products) stage its output, so
+  // every global store is a whole 16-byte chunk of a row.
+  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
+  attn::WarpgroupBarrier(wg);
+  attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                    64 * wg);
   if (t4 == 0) {
     float* st = stats + (size_t(b) * NH + h) * T;
     if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
