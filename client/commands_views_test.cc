@@ -1,5 +1,8 @@
 // The terminal views of the commands against the fake coordinator: the live display of
 // `watch` (progress bar, loss chart, per-rank step times), `plot` and `top`.
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -106,7 +109,10 @@ TEST_F(CommandsTest, WatchOnAPipeHasNoChartOrCursorMovement) {
   EXPECT_THAT(out_.str(), Not(HasSubstr("rank 0:")));
 }
 
-std::string PlotPath() { return ::testing::TempDir() + "/client_commands_views_test.svg"; }
+// Per process: ctest runs the tests of this binary as parallel processes.
+std::string PlotPath() {
+  return ::testing::TempDir() + "/client_commands_views_test_" + std::to_string(::getpid()) + ".svg";
+}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -138,6 +144,7 @@ TEST_F(CommandsTest, PlotWritesTheLossOfEveryStepReport) {
   EXPECT_EQ(out_.str(), "wrote " + PlotPath() + " (5 step reports, loss 0.8000 at step 5)\n");
   EXPECT_EQ(err_.str(), "");
   const std::string svg = ReadAll(PlotPath());
+  std::remove(PlotPath().c_str());
   EXPECT_THAT(svg, StartsWith("<?xml"));
   EXPECT_THAT(svg, HasSubstr("<title>job 7 · minigpt (SUCCEEDED)</title>"));
   EXPECT_EQ(LossPoints(svg), 5u);

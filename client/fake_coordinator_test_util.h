@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -247,7 +248,10 @@ class CommandsTest : public ::testing::Test {
     io_.zone = absl::UTCTimeZone();
   }
 
-  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now());
+    if (!spec_path_.empty()) std::remove(spec_path_.c_str());
+  }
 
   // QUEUED, RUNNING, `steps` step reports, the generation, then `final_state`.
   void ScriptRun(int steps, v1::JobState final_state, const std::string& message = "") {
@@ -267,9 +271,14 @@ class CommandsTest : public ::testing::Test {
     jobs_.events.push_back(StateEvent(++seq, final_state, message));
   }
 
+  // One file per process and test: ctest runs this binary's tests as parallel processes, which
+  // with one shared name read each other's specs (a 1 MiB one, once, failing another test).
   std::string WriteSpec(const std::string& contents) {
-    std::string path = ::testing::TempDir() + "/client_commands_test_spec.yaml";
+    std::string path = ::testing::TempDir() + "/client_commands_test_spec_" +
+                       std::to_string(::getpid()) + "_" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml";
     std::ofstream(path, std::ios::binary) << contents;
+    spec_path_ = path;
     return path;
   }
 
@@ -280,6 +289,7 @@ class CommandsTest : public ::testing::Test {
   std::ostringstream out_;
   std::ostringstream err_;
   Io io_;
+  std::string spec_path_;  // WriteSpec's file, removed by TearDown
 };
 
 }  // namespace boulder::client
