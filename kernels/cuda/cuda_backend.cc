@@ -321,6 +321,20 @@ void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pr
       Check(Accumulate(static_cast<bf16*>(dpre_bias), g, C, stream_), "Accumulate");
     }
   }
+  if (!fused && dgelu_epilogue_) {
+    // dGELU in the GEMM's epilogue (from the FP32 accumulator), fc1's bias gradient a column
+    // sum of its output.
+    s.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    absl::StatusOr<bool> ran =
+        matmul_->TryRun(s, weight, dy, dpre, nullptr, const_cast<void*>(pre), stream_);
+    if (!ran.ok()) return Fail(ran.status());
+    fused = *ran;
+    if (fused && dpre_bias) {
+      Check(ColumnSumAccumulate(static_cast<bf16*>(dpre_bias), static_cast<const bf16*>(dpre), N,
+                                C, scratch_, stream_),
+            "ColumnSumAccumulate");
+    }
+  }
   if (!fused) {
     s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     Check(matmul_->Run(s, weight, dy, dpre, nullptr, nullptr, stream_));

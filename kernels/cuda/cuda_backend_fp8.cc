@@ -133,7 +133,9 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,
                             bool accumulate, bool fast_accum) {
   if (!Ok()) return;
-  ProfileScope profile(this, "MatmulFp8");
+  ProfileScope profile(this, profiling_ ? absl::StrCat("MatmulFp8 ", M, "x", N, " k=", K,
+                                                      accumulate ? " +=" : "")
+                                        : std::string());
   BOULDER_REQUIRE_FP8(
       M % 16 == 0 && N % 16 == 0 && K % 16 == 0,
       absl::StrCat("FP8 GEMM dims M=", M, " N=", N, " K=", K, " must be multiples of 16"));

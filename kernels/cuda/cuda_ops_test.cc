@@ -475,16 +475,18 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
 }
 
 // fc2's backward with dGELU and fc1's bias gradient fused (cuBLASLt's DGELU_BGRAD and BGRADB
-// epilogues), and the unfused kernels it falls back to, against the CPU: every output
-// accumulates (or is written) as the contract says, over two micro-batches; with and without
-// the bias gradients, and for a frozen weight.
+// epilogues), with the DGELU epilogue alone and a column sum, and with the unfused kernels,
+// against the CPU: every output accumulates (or is written) as the contract says, over two
+// micro-batches; with and without the bias gradients, and for a frozen weight.
 TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
   const int N = 256, F = 512, C = 128;  // fc2: [N, F] -> [N, C]
-  for (bool fused : {true, false}) {
+  for (int mode = 0; mode < 3; ++mode) {  // 0: fused epilogues, 1: DGELU epilogue, 2: unfused
     for (int variant = 0; variant < 3; ++variant) {
       // 0: every gradient; 1: no bias gradients; 2: frozen weights (no dweight, no dbias).
-      SCOPED_TRACE(testing::Message() << (fused ? "fused" : "unfused") << " variant " << variant);
-      gpu_->set_fused_epilogues(fused);
+      SCOPED_TRACE(testing::Message() << (mode == 0 ? "fused" : mode == 1 ? "dgelu" : "unfused")
+                                      << " variant " << variant);
+      gpu_->set_fused_epilogues(mode == 0);
+      gpu_->set_dgelu_epilogue(mode == 1);
       const bool biases = variant == 0, weights = variant != 2;
       Pair pre(cpu_.get(), gpu_.get(), N * F), inp(cpu_.get(), gpu_.get(), N * F),
           w(cpu_.get(), gpu_.get(), C * F), dout(cpu_.get(), gpu_.get(), N * C),

@@ -6,6 +6,9 @@
 // ResidualForward + LayerNormForward):
 //   fc2+gelu bwd   MatmulBackwardGelu: fc2's data gradient with dGELU and fc1's bias gradient
 //                  (DGELU_BGRAD) and fc2's weight gradient with its bias gradient (BGRADB);
+//   fc2+dgelu bwd  the same op with the DGELU epilogue alone and fc1's bias gradient a column
+//                  sum (CudaBackend::set_dgelu_epilogue), against the unfused kernels (not
+//                  counted in the total);
 //   qkv bwd        MatmulBackward with a bias gradient (BGRADB), likewise attn proj;
 //   residual+ln    ResidualLayerNormForward;
 //   ln+fp8 cast    ResidualLayerNormFp8Forward (FP8 GPUs only): the LayerNorm writing its
@@ -149,8 +152,13 @@ int main(int argc, char** argv) {
       be->set_fused_epilogues(true);
       const double fused = b.Time(op);
       be->set_fused_epilogues(false);
+      be->set_dgelu_epilogue(true);
+      const double dgelu = b.Time(op);
+      be->set_dgelu_epilogue(false);
       const double unfused = b.Time(op);
       Row("fc2+gelu bwd", fused, unfused, w.layers, &saved);
+      double ignored = 0;
+      Row("fc2+dgelu bwd", dgelu, unfused, w.layers, &ignored);
     }
     const struct {
       const char* name;
