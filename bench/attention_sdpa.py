@@ -13,6 +13,7 @@ import argparse
 import sys
 
 SHAPES = {  # name: (B, T, NH, HS, layers), as in kernels/cuda/attention_bench.cc
+    "seed": (32, 256, 12, 64, 4),
     "gpt2": (16, 1024, 12, 64, 12),
     "h2048": (8, 1024, 16, 128, 8),
 }

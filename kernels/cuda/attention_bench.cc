@@ -8,7 +8,7 @@
 // recomputation of P and, in deterministic mode, of S and dP is not counted), as
 // FlashAttention's benchmarks count them.
 //
-//   attention_bench [--shape all|gpt2|h2048] [--iters 30] [--warmup 5]
+//   attention_bench [--shape all|seed|gpt2|h2048] [--iters 30] [--warmup 5]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@ struct Shape {
 };
 
 constexpr Shape kShapes[] = {
+    {"seed", 32, 256, 12, 64, 4},    // the seed mini-GPT, batch 32 × 256
     {"gpt2", 16, 1024, 12, 64, 12},  // GPT-2 124M, batch 16 × 1024
     {"h2048", 8, 1024, 16, 128, 8},  // hidden 2048, 16 heads, 8 layers, batch 8 × 1024
 };
@@ -170,8 +171,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Times the causal flash attention kernels"};
   std::string shape = "all";
   int iters = 30, warmup = 5;
-  app.add_option("--shape", shape, "all, gpt2 or h2048")
-      ->check(CLI::IsMember({"all", "gpt2", "h2048"}));
+  app.add_option("--shape", shape, "all, seed, gpt2 or h2048")
+      ->check(CLI::IsMember({"all", "seed", "gpt2", "h2048"}));
   app.add_option("--iters", iters, "timed calls per pass (median reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed calls first")->check(CLI::NonNegativeNumber);

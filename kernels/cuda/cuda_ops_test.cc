@@ -125,15 +125,29 @@ class CudaOpsTest : public ::testing::Test {
     EXPECT_LT(e, tol) << what;
   }
   void LayerNormCase(int N, int C);
+  void EncoderCase(int B, int T, int C, int distinct);
   std::unique_ptr<CudaBackend> gpu_;
   std::unique_ptr<Backend> cpu_;
   std::mt19937 rng_;
 };
 
+// Token runs (positions sharing a token, summed by one block) of about 13 rows, of hundreds
+// (longer than the block's window for finding a run's end), and widths over one block's 128
+// column groups.
 TEST_F(CudaOpsTest, Encoder) {
-  const int B = 4, T = 64, C = 64, V = 96;
+  struct Case {
+    int B, T, C, distinct;
+  };
+  for (const Case& k : {Case{4, 64, 64, 20}, Case{8, 256, 200, 3}, Case{2, 128, 1040, 5}}) {
+    SCOPED_TRACE(testing::Message() << "B " << k.B << " T " << k.T << " C " << k.C);
+    EncoderCase(k.B, k.T, k.C, k.distinct);
+  }
+}
+
+void CudaOpsTest::EncoderCase(int B, int T, int C, int distinct) {
+  const int V = 96;
   std::vector<int32_t> tok(B * T);
-  for (auto& t : tok) t = rng_() % 20;  // many repeats: exercises the run summation
+  for (auto& t : tok) t = rng_() % distinct;  // many repeats: exercises the run summation
   Tokens tokens(cpu_.get(), gpu_.get(), tok);
   Pair wte(cpu_.get(), gpu_.get(), V * C), wpe(cpu_.get(), gpu_.get(), T * C),
       out(cpu_.get(), gpu_.get(), B * T * C);
@@ -514,6 +528,7 @@ TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
       ExpectClose(db, 2e-2, "dbias");
     }
   }
+  gpu_->set_dgelu_epilogue(false);
   // On a GPU with BF16 tensor cores cuBLASLt has these epilogues: the fused path really ran.
   EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
 }

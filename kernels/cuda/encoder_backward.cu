@@ -2,8 +2,8 @@
 //
 // dwpe[t] += Σ_b dout[b, t]: one thread per (t, 8 channels), batch summed in order.
 // dwte[v] += Σ_{n: tokens[n] = v} dout[n]: the positions are stably radix-sorted by token
-// (cub), then each run of equal tokens is summed in sorted (= position) order by the block
-// that starts the run.
+// (cub), then each run of equal tokens is summed by the block that starts the run, in a fixed
+// order (TokenGradKernel).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/common.cuh"
@@ -23,6 +23,8 @@ __global__ void PositionGradKernel(bf16* dwpe, const bf16* dout, int B, int T, i
   if (idx >= T * c8) return;
   int t = idx / c8, c = (idx % c8) * 8;
   float acc[8] = {};
+  // Unrolled so that several rows' loads are in flight (the sum keeps its order).
+#pragma unroll 4
   for (int b = 0; b < B; ++b) {
     Bf16x8 d = Load8(dout + (size_t(b) * T + t) * C + c);
 #pragma unroll
@@ -34,19 +36,48 @@ __global__ void PositionGradKernel(bf16* dwpe, const bf16* dout, int B, int T, i
   Store8(dwpe + size_t(t) * C + c, r);
 }
 
-// Block x = one sorted position; only the first position of each run of equal tokens works.
+// Row lanes of TokenGradKernel's blocks.
+constexpr int kTokenLanes = 4;
+
+// Block x = one sorted position; only the block at the first position of each run of equal
+// tokens works. Its threads first find where the run ends (a window of the block's size at a
+// time: the run's positions are the window's first ones), then row lane y (threadIdx.y) sums
+// the run's rows y, y + kTokenLanes, ... in sorted (= position) order for 8 channels per
+// thread, and the lanes are added in lane order: deterministic, with several rows in flight
+// per thread however long the run (a small vocabulary gives runs of hundreds of rows).
 __global__ void TokenGradKernel(bf16* dwte, const bf16* dout, const int32_t* sorted_tokens,
                                 const int32_t* sorted_pos, int N, int C) {
-  int i = blockIdx.x;
-  int tok = sorted_tokens[i];
-  if (i > 0 && sorted_tokens[i - 1] == tok) return;
-  int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
-  if (c >= C) return;
+  __shared__ float lanes[kTokenLanes][128 * 8];
+  const int i = blockIdx.x;
+  const int tok = sorted_tokens[i];
+  if (i > 0 && sorted_tokens[i - 1] == tok) return;  // the whole block: not a run's start
+  const int nthreads = blockDim.x * blockDim.y, tid = threadIdx.y * blockDim.x + threadIdx.x;
+  int end = i;
+  for (;;) {
+    const int j = end + tid;
+    const int in_run = __syncthreads_count(j < N && sorted_tokens[j] == tok);
+    end += in_run;
+    if (in_run < nthreads) break;
+  }
+  const int c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
   float acc[8] = {};
-  for (int j = i; j < N && sorted_tokens[j] == tok; ++j) {
-    Bf16x8 d = Load8(dout + size_t(sorted_pos[j]) * C + c);
+  if (c < C) {
+#pragma unroll 4
+    for (int j = i + threadIdx.y; j < end; j += kTokenLanes) {
+      Bf16x8 d = Load8(dout + size_t(sorted_pos[j]) * C + c);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(d.v[k]);
+      for (int k = 0; k < 8; ++k) acc[k] += __bfloat162float(d.v[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) lanes[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    float sum = lanes[0][threadIdx.x * 8 + k];
+    for (int y = 1; y < kTokenLanes; ++y) sum += lanes[y][threadIdx.x * 8 + k];
+    acc[k] = sum;
   }
   Bf16x8 g = Load8(dwte + size_t(tok) * C + c), r;
 #pragma unroll
@@ -82,8 +113,8 @@ cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int3
   if (err != cudaSuccess) return err;
   int c8 = C / 8;
   int threads = c8 < 128 ? c8 : 128;
-  TokenGradKernel<<<dim3(N, CeilDiv(c8, threads)), threads, 0, s>>>(dwte, dout, keys_out, pos_out,
-                                                                    N, C);
+  TokenGradKernel<<<dim3(N, CeilDiv(c8, threads)), dim3(threads, kTokenLanes), 0, s>>>(
+      dwte, dout, keys_out, pos_out, N, C);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   PositionGradKernel<<<CeilDiv(size_t(T) * c8, 256), 256, 0, s>>>(dwpe, dout, B, T, C);
   return cudaGetLastError();
