@@ -7,13 +7,16 @@
 #
 #   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
 #                             [--precisions "bf16 fp8"] [--modes "eager compile reduce-overhead"]
-#                             [--cuda-graph "auto off"]
+#                             [--cuda-graph "auto off"] [--deterministic]
 #
 # Boulder runs once per precision (bf16, and fp8: delayed scaling, needs compute capability
 # 8.9+; each row's precision column says which); PyTorch runs in BF16 autocast.
 # --cuda-graph picks Boulder's training.cuda_graph settings, one run each (default "auto": the
 # steady-state step replayed from a CUDA graph; "off" runs every step op by op, as row
 # implementation "boulder-eager"; each row's cuda_graph_steps counts its timed steps replayed).
+# --deterministic also times each Boulder precision with training.deterministic: true (GEMM
+# algorithms the heuristic's first pick instead of autotuned; attention on sm_80 without
+# atomics), as implementation "boulder-deterministic": what bit-reproducible runs cost.
 # --modes picks the PyTorch modes (default all three); --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
@@ -30,8 +33,10 @@ WORKLOADS="seed gpt2 h2048"
 PRECISIONS="bf16 fp8"
 MODES="eager compile reduce-overhead"
 GRAPHS="auto"
+DETERMINISTIC=0
 while (($#)); do
   case "$1" in
+    --deterministic) DETERMINISTIC=1; shift ;;
     --cuda-graph) GRAPHS=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
@@ -85,6 +90,15 @@ for w in $WORKLOADS; do
           --report-fd 1 --quiet > "$OUT/$run.out" 2>&1 && rows+=("$OUT/$run.json")
       tail -1 "$OUT/$run.out"
     done
+    if ((DETERMINISTIC)); then
+      run="$w-boulder-deterministic-$p"
+      "$PYTHON" bench/trainer_bench.py --workload "$name" --implementation boulder-deterministic \
+          --precision $p --gpu "$GPU" --batch $B --seq $T --warmup $WARMUP --json-reports \
+          --json "$OUT/$run.json" --log "$OUT/$run.log" -- \
+          "$TRAINER" "${common[@]}" --set training.steps=$STEPS --set training.deterministic=true \
+          --report-fd 1 --quiet > "$OUT/$run.out" 2>&1 && rows+=("$OUT/$run.json")
+      tail -1 "$OUT/$run.out"
+    fi
   done
   modes=$MODES
   ((QUICK)) && modes="eager"
