@@ -49,7 +49,11 @@ absl::Status CudaBackend::Fp8Supported() const {
 void CudaBackend::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
                           Fp8Format format, const float* scale, float* amax, uint64_t* counts) {
   if (!Ok()) return;
-  ProfileScope profile(this, "CastFp8");
+  // Per shape and layout in the profile (weights, activations; row-major q, transposed t).
+  ProfileScope profile(this, profiling_ ? absl::StrCat("CastFp8 ", rows, "x", cols,
+                                                      out != nullptr ? " q" : "",
+                                                      out_t != nullptr ? " t" : "")
+                                        : std::string());
   BOULDER_REQUIRE_FP8(out != nullptr || out_t != nullptr, "CastFp8 without an output");
   Check(cuda::CastFp8(out, out_t, static_cast<const bf16*>(inp), rows, cols,
                       format == Fp8Format::kE4M3, scale, amax,
@@ -66,7 +70,9 @@ void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const vo
     Backend::CastFp8Grad(out, out_t, dout, pre, dbias, rows, cols, format, scale, amax, counts);
     return;
   }
-  ProfileScope profile(this, "CastFp8Grad");
+  ProfileScope profile(this, profiling_ ? absl::StrCat("CastFp8Grad ", rows, "x", cols,
+                                                      pre != nullptr ? " dgelu" : "")
+                                        : std::string());
   Check(cuda::CastFp8Grad(out, out_t, static_cast<const bf16*>(dout), static_cast<const bf16*>(pre),
                           static_cast<bf16*>(dbias), rows, cols, format == Fp8Format::kE4M3, scale,
                           amax, reinterpret_cast<unsigned long long*>(counts), scratch_, stream_),

@@ -493,11 +493,13 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
 // against the CPU: every output accumulates (or is written) as the contract says, over two
 // micro-batches; with and without the bias gradients, and for a frozen weight.
 TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
-  const int N = 256, F = 512, C = 128;  // fc2: [N, F] -> [N, C]
+  const int N = 256, F = 512, C = 128;    // fc2: [N, F] -> [N, C]
   for (int mode = 0; mode < 3; ++mode) {  // 0: fused epilogues, 1: DGELU epilogue, 2: unfused
     for (int variant = 0; variant < 3; ++variant) {
       // 0: every gradient; 1: no bias gradients; 2: frozen weights (no dweight, no dbias).
-      SCOPED_TRACE(testing::Message() << (mode == 0 ? "fused" : mode == 1 ? "dgelu" : "unfused")
+      SCOPED_TRACE(testing::Message() << (mode == 0   ? "fused"
+                                          : mode == 1 ? "dgelu"
+                                                      : "unfused")
                                       << " variant " << variant);
       gpu_->set_fused_epilogues(mode == 0);
       gpu_->set_dgelu_epilogue(mode == 1);
@@ -668,6 +670,60 @@ TEST_F(CudaOpsTest, ResidualLayerNormMatchesTheUnfusedPair) {
   ASSERT_TRUE(gpu_->Synchronize().ok());
   EXPECT_EQ(a.Gpu(), fused_res);
   EXPECT_EQ(out.Gpu(), fused_out);
+}
+
+// C = 768 and 2048 hold each row in registers: the same bits as the chunk loop every other C
+// runs (SetLayerNormReferenceKernels), plain and with the residual, N not a multiple of the
+// block's 8 rows.
+TEST_F(CudaOpsTest, LayerNormHeldRowsMatchTheChunkLoop) {
+  struct Reference {  // restored however the test ends
+    ~Reference() { SetLayerNormReferenceKernels(false); }
+  } restore;
+  for (const int C : {768, 2048}) {
+    SCOPED_TRACE(absl::StrCat("C ", C));
+    const int N = 333;
+    Pair a(cpu_.get(), gpu_.get(), N * C), b(cpu_.get(), gpu_.get(), N * C),
+        w(cpu_.get(), gpu_.get(), C), bias(cpu_.get(), gpu_.get(), C),
+        res(cpu_.get(), gpu_.get(), N * C), out(cpu_.get(), gpu_.get(), N * C),
+        mean(cpu_.get(), gpu_.get(), N, DType::kF32), rstd(cpu_.get(), gpu_.get(), N, DType::kF32);
+    a.Set(Random(N * C, rng_, 3.f));
+    b.Set(Random(N * C, rng_));
+    w.Set(Random(C, rng_));
+    bias.Set(Random(C, rng_));
+    std::vector<float> got[2][5];  // [reference][res, out, mean, rstd, plain out]
+    for (const bool reference : {false, true}) {
+      SetLayerNormReferenceKernels(reference);
+      res.Poison();
+      out.Poison();
+      mean.Poison();
+      rstd.Poison();
+      gpu_->ResidualLayerNormForward(res.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N,
+                                     C);
+      ASSERT_TRUE(gpu_->Synchronize().ok());
+      got[reference][0] = res.Gpu();
+      got[reference][1] = out.Gpu();
+      got[reference][2] = mean.Gpu();
+      got[reference][3] = rstd.Gpu();
+      out.Poison();
+      gpu_->LayerNormForward(out.g, mean.gf(), rstd.gf(), a.g, w.g, bias.g, N, C);
+      ASSERT_TRUE(gpu_->Synchronize().ok());
+      got[reference][4] = out.Gpu();
+    }
+    SetLayerNormReferenceKernels(false);
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_EQ(0, std::memcmp(got[0][i].data(), got[1][i].data(), got[0][i].size() * 4))
+          << "output " << i;
+    }
+    // And against the CPU (Poison poisons both sides: first).
+    res.Poison();
+    out.Poison();
+    cpu_->ResidualLayerNormForward(res.c, out.c, mean.cf(), rstd.cf(), a.c, b.c, w.c, bias.c, N,
+                                   C);
+    gpu_->ResidualLayerNormForward(res.g, out.g, mean.gf(), rstd.gf(), a.g, b.g, w.g, bias.g, N, C);
+    ExpectClose(res, 1e-2, "residual");
+    ExpectClose(out, 1e-2, "layernorm out");
+    ExpectClose(rstd, 1e-2, "rstd");
+  }
 }
 
 }  // namespace

@@ -85,6 +85,7 @@ __device__ __forceinline__ float GeluTanhGradApprox(float x) {
 // The stage of CastFp8Grad's fused dGELU: the 8 values d ⊙ gelu'(p), each rounded to BF16.
 struct GeluGradOp {
   static constexpr bool kReadsPre = true;
+  static constexpr bool kRowCol = false;
   __device__ __forceinline__ static uint4 Apply(uint4 d, uint4 p) {
     const unsigned dw[4] = {d.x, d.y, d.z, d.w}, pw[4] = {p.x, p.y, p.z, p.w};
     unsigned gw[4];
@@ -104,6 +105,7 @@ struct GeluGradOp {
 // No stage: the plain cast.
 struct CastOp {
   static constexpr bool kReadsPre = false;
+  static constexpr bool kRowCol = false;
   __device__ __forceinline__ static uint4 Apply(uint4 x, uint4) { return x; }
 };
 

@@ -42,10 +42,45 @@ __device__ __forceinline__ int SwizzledRow(int c, int r) {
 
 // The Op concept (8 BF16 values packed in a uint4, value j in half j%2 of word j/2):
 //   static constexpr bool kReadsPre;  // whether it needs pre (same shape as inp)
+//   static constexpr bool kRowCol;    // whether it needs where the values are (and state)
 //   __device__ static uint4 Apply(uint4 x, uint4 p);  // 8 of inp (and of pre) -> 8 to cast
+// or, with kRowCol, members of the Op object the launch passes (its state, e.g. pointers) that
+// see where the values are: what a row needs, loaded with the row's values (the next tile's
+// before this tile's arithmetic), and what a thread's 8 columns need, loaded once:
+//   struct Row; struct Cols;
+//   __device__ Row LoadRow(int row) const;
+//   __device__ Cols LoadCols(int col) const;
+//   __device__ uint4 Apply(uint4 x, const Row&, const Cols&) const;  // inp[row, col .. + 7]
+
+// The row and column state of an Op without kRowCol: nothing.
+template <class Op, bool = Op::kRowCol>
+struct CastOpState {
+  struct Row {};
+  struct Cols {};
+  __device__ static Row LoadRow(const Op&, int) { return {}; }
+  __device__ static Cols LoadCols(const Op&, int) { return {}; }
+};
+template <class Op>
+struct CastOpState<Op, true> {
+  using Row = typename Op::Row;
+  using Cols = typename Op::Cols;
+  __device__ static Row LoadRow(const Op& op, int row) { return op.LoadRow(row); }
+  __device__ static Cols LoadCols(const Op& op, int col) { return op.LoadCols(col); }
+};
+
+template <class Op>
+__device__ __forceinline__ uint4 ApplyCastOp(const Op& op, uint4 x, uint4 p,
+                                             const typename CastOpState<Op>::Row& row,
+                                             const typename CastOpState<Op>::Cols& cols) {
+  if constexpr (Op::kRowCol) {
+    return op.Apply(x, row, cols);
+  } else {
+    return Op::Apply(x, p);
+  }
+}
 
 // Blocks per SM the register allocation must allow: 5 (at most 51 registers) for the plain
-// and GELU casts, 4 (64) with a second input or column sums. Without the bound ptxas gives
+// and GELU casts, 4 (64) with a second input, a row/column Op or column sums. Without the bound ptxas gives
 // some sm_90 variants 72-80 registers (3 blocks per SM: fewer loads in flight). On sm_80 (FP8
 // only on sm_89 GPUs, converting in software) the column sums keep 3: 64 registers spill.
 constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
@@ -58,11 +93,12 @@ constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
 // Casts Op(inp, pre) for the tiles of strip blockIdx.x, chunk blockIdx.y; see above.
 // REQUIRES: rows, cols multiples of 8; inp, pre 16-byte aligned; out, out_t 8-byte aligned.
 template <bool kE4M3, class Op, bool kSums>
-__global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(Op::kReadsPre, kSums))
+__global__ void __launch_bounds__(kCastTileThreads,
+                                  CastTilesMinBlocks(Op::kReadsPre || Op::kRowCol, kSums))
     CastTilesKernel(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* __restrict__ inp,
                     const __nv_bfloat16* __restrict__ pre, float* partial, int rows, int cols,
                     int tiles_per_chunk, const float* scale_p, float* amax,
-                    unsigned long long* counts) {
+                    unsigned long long* counts, const Op op) {
   __shared__ __align__(16) uint8_t tile_t[kCastTile][kCastTile];
   __shared__ float col_sums[kSums ? kCastTileThreads / 8 : 1][kSums ? kCastTile : 1];
   __shared__ BlockCastStats s_stats;
@@ -80,6 +116,10 @@ __global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(Op::kRead
   // Rows and cols are multiples of 8: a thread's two rows and 8 columns are all in range or
   // none.
   uint4 next_x[2], next_p[2];
+  using State = CastOpState<Op>;
+  typename State::Row next_row[2];
+  typename State::Cols col_state;
+  if (c < cols) col_state = State::LoadCols(op, c);
   auto load = [&](int t) {
     const int r = t * kCastTile + 2 * rp;
     if (r < rows && c < cols) {
@@ -89,6 +129,7 @@ __global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(Op::kRead
         if (Op::kReadsPre) {
           next_p[k] = *reinterpret_cast<const uint4*>(pre + size_t(r + k) * cols + c);
         }
+        next_row[k] = State::LoadRow(op, r + k);
       }
     }
   };
@@ -97,12 +138,13 @@ __global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(Op::kRead
     const int r0 = t * kCastTile, r = r0 + 2 * rp;
     const bool in_range = r < rows && c < cols;
     uint4 g[2] = {next_x[0], next_x[1]};
+    const typename State::Row row_state[2] = {next_row[0], next_row[1]};
     // Without pre the next tile's loads go out before the stage's arithmetic (GELU's); with it
     // (dGELU) after, when next_p is free again.
     if (!Op::kReadsPre && t + 1 < t_end) load(t + 1);
     if (in_range) {
 #pragma unroll
-      for (int k = 0; k < 2; ++k) g[k] = Op::Apply(g[k], next_p[k]);
+      for (int k = 0; k < 2; ++k) g[k] = ApplyCastOp(op, g[k], next_p[k], row_state[k], col_state);
     }
     if (Op::kReadsPre && t + 1 < t_end) load(t + 1);
     __syncthreads();  // the previous tile's transpose has been read out of tile_t
@@ -182,15 +224,16 @@ inline CastTileGrid PlanCastTiles(int rows, int cols, int max_blocks) {
 }
 
 // Launches CastTilesKernel over about one wave of blocks: chunks of row tiles per column
-// strip, g.chunks of them (the rows of partial). Returns the launch's error.
+// strip, g.chunks of them (the rows of partial), with op (for an Op with kRowCol). Returns the
+// launch's error.
 template <bool kE4M3, class Op, bool kSums>
 cudaError_t LaunchCastTiles(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp,
                             const __nv_bfloat16* pre, float* partial, int rows, int cols,
                             const CastTileGrid& g, const float* scale, float* amax,
-                            unsigned long long* counts, cudaStream_t s) {
+                            unsigned long long* counts, cudaStream_t s, const Op& op = Op{}) {
   const int col_tiles = (cols + kCastTile - 1) / kCastTile;
   CastTilesKernel<kE4M3, Op, kSums><<<dim3(col_tiles, g.chunks), kCastTileThreads, 0, s>>>(
-      out, out_t, inp, pre, partial, rows, cols, g.per_chunk, scale, amax, counts);
+      out, out_t, inp, pre, partial, rows, cols, g.per_chunk, scale, amax, counts, op);
   return cudaGetLastError();
 }
 

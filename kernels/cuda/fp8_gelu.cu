@@ -31,6 +31,7 @@ using bf16 = __nv_bfloat16;
 // The stage before the cast: g = bf16(GeluTanh(x)) for 8 packed BF16 values.
 struct GeluOp {
   static constexpr bool kReadsPre = false;
+  static constexpr bool kRowCol = false;
   __device__ __forceinline__ static uint4 Apply(uint4 x, uint4) {
     const unsigned w[4] = {x.x, x.y, x.z, x.w};
     unsigned g[4];

@@ -17,7 +17,10 @@
 //   ln fp8 recomp  LayerNormFp8FromStats (FP8 GPUs only): the backward recomputing that FP8
 //                  transpose from the kept input and statistics, against LayerNormFromStats +
 //                  CastFp8; its fused time x 2 x layers is what the recomputation adds to a
-//                  step (printed as "recompute adds").
+//                  step (printed as "recompute adds");
+//   ln+fp8 q       the forward as training runs it (FP8 rows only: a row kernel), and each
+//                  LayerNorm forward op against the kernels it ran before (the chunk loop,
+//                  the FP8 ops on the 32-row tile: kernels::cuda::SetLayerNormReferenceKernels).
 // "per step" multiplies by the op's count in one step (layers, or 2 x layers for the LayerNorm).
 //
 //   fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic]
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/ops.h"
 
 namespace {
 
@@ -248,6 +252,29 @@ int main(int argc, char** argv) {
       Row("ln fp8 recomp", re_fused, re_unfused, 2 * w.layers, &saved);
       std::printf("  recompute adds %.3f ms/step (%4.0f GB/s)\n", re_fused * 2 * w.layers,
                   N * C * 3.0 / (re_fused * 1e-3) / 1e9);
+      // The forward as training runs it (FP8 rows only: the row kernel), and each forward op
+      // against the kernels it ran before (SetLayerNormReferenceKernels).
+      auto op_q = [&] {
+        be->ResidualLayerNormFp8Forward(res, out, mean, rstd, a, x, lw, lb, w.N, w.C, q, nullptr,
+                                        boulder::kernels::Fp8Format::kE4M3, scale, amax, counts);
+      };
+      auto op_bf16 = [&] {
+        be->ResidualLayerNormForward(res, out, mean, rstd, a, x, lw, lb, w.N, w.C);
+      };
+      const double now[4] = {b.Time(op), b.Time(op_q), b.Time(recompute), b.Time(op_bf16)};
+      boulder::kernels::cuda::SetLayerNormReferenceKernels(true);
+      const double tile[4] = {b.Time(op), b.Time(op_q), b.Time(recompute), b.Time(op_bf16)};
+      boulder::kernels::cuda::SetLayerNormReferenceKernels(false);
+      const char* names[4] = {"ln+fp8 q,qT", "ln+fp8 q", "ln fp8 recomp", "residual+ln"};
+      const double bytes[4] = {8.0, 7.0, 3.0, 8.0};  // per element moved
+      for (int i = 0; i < 4; ++i) {
+        std::printf(
+            "  %-14s %7.3f ms/op (%4.0f GB/s), reference %7.3f (%4.0f GB/s)"
+            "  x%d  %7.3f vs %7.3f ms/step\n",
+            names[i], now[i], N * C * bytes[i] / (now[i] * 1e-3) / 1e9, tile[i],
+            N * C * bytes[i] / (tile[i] * 1e-3) / 1e9, 2 * w.layers, now[i] * 2 * w.layers,
+            tile[i] * 2 * w.layers);
+      }
     }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
+#include "kernels/cuda/fp8_cast_tiles.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/fp8_recipe.h"
@@ -27,6 +28,14 @@ namespace boulder::kernels::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
+
+// Off (SetLayerNormReferenceKernels(true)): the kernels before rows were held in registers
+// and the FP8 forward without a transpose and the recomputation had their own kernels.
+bool g_ln_new_kernels = true;
+
+// The register-held row instance for C (kCols: C = 256 * kCols): the benchmark models' widths,
+// 768 and 2048; 0 (the chunk loop) for any other C.
+int HeldCols(int C) { return !g_ln_new_kernels ? 0 : C == 768 ? 3 : C == 2048 ? 8 : 0; }
 
 // One warp's row statistics. kResidual: the row is first formed as residual = bf16(a + b)
 // (ResidualForward's rounding) and written out; the later passes read it back (each lane reads
@@ -69,16 +78,76 @@ __device__ __forceinline__ const bf16* LayerNormRowStats(int row, int lane, int 
   return x;
 }
 
-// Columns c..c+7 of a normalised row: bf16((x - mean) * rstd * w + b).
-__device__ __forceinline__ Bf16x8 LayerNormChunk(const bf16* x, const bf16* w, const bf16* b, int c,
-                                                 float mean, float rstd) {
-  Bf16x8 v = Load8(x + c), wv = Load8(w + c), bv = Load8(b + c), r;
+// LayerNormRowStats for a row of C = 256 * kCols held in registers: lane l's chunk i is
+// columns 8l + 256i, and every load of the row is issued before the sums (read once, not once
+// per pass). The same sums in the same order as LayerNormRowStats (per lane chunk by chunk,
+// then WarpSum, divided by the runtime C as there), so the same residual, mean and rstd.
+template <bool kResidual, int kCols>
+__device__ __forceinline__ void LayerNormRowHeld(int row, int lane, int C, const bf16* inp,
+                                                 bf16* residual, const bf16* ra, const bf16* rb,
+                                                 Bf16x8 (&v)[kCols], float& mean, float& rstd) {
+  const size_t base = size_t(row) * (256 * kCols) + lane * 8;
+  float sum = 0.f;
+  if constexpr (kResidual) {
+    Bf16x8 av[kCols], bv[kCols];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      av[i] = Load8(ra + base + 256 * i);
+      bv[i] = Load8(rb + base + 256 * i);
+    }
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        v[i].v[k] = __float2bfloat16(__bfloat162float(av[i].v[k]) + __bfloat162float(bv[i].v[k]));
+      }
+      Store8(residual + base + 256 * i, v[i]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum += __bfloat162float(v[i].v[k]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) v[i] = Load8(inp + base + 256 * i);
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) sum += __bfloat162float(v[i].v[k]);
+    }
+  }
+  mean = WarpSum(sum) / C;
+  float var = 0.f;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      float d = __bfloat162float(v[i].v[k]) - mean;
+      var += d * d;
+    }
+  }
+  rstd = rsqrtf(WarpSum(var) / C + kEps);
+}
+
+// Columns c..c+7 of a normalised row whose values there are v: bf16((v - mean) * rstd * w + b).
+// (LayerNormFromStatsOp computes the same through this function: the same bits.)
+__device__ __forceinline__ Bf16x8 LayerNormChunkOf(const Bf16x8& v, const Bf16x8& wv,
+                                                   const Bf16x8& bv, float mean, float rstd) {
+  Bf16x8 r;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     float n = (__bfloat162float(v.v[k]) - mean) * rstd;
     r.v[k] = __float2bfloat16(n * __bfloat162float(wv.v[k]) + __bfloat162float(bv.v[k]));
   }
   return r;
+}
+__device__ __forceinline__ Bf16x8 LayerNormChunkOf(const Bf16x8& v, const bf16* w, const bf16* b,
+                                                   int c, float mean, float rstd) {
+  return LayerNormChunkOf(v, Load8(w + c), Load8(b + c), mean, rstd);
+}
+
+// Columns c..c+7 of a normalised row x.
+__device__ __forceinline__ Bf16x8 LayerNormChunk(const bf16* x, const bf16* w, const bf16* b, int c,
+                                                 float mean, float rstd) {
+  return LayerNormChunkOf(Load8(x + c), w, b, c, mean, rstd);
 }
 
 // LayerNormForwardKernel's out from the mean and rstd it saved (the FP8 backward's unfused
@@ -95,7 +164,8 @@ __global__ void LayerNormFromStatsKernel(bf16* out, const bf16* inp, const float
   for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
 }
 
-template <bool kResidual>
+// kCols > 0: C == 256 * kCols, the row held in registers (LayerNormRowHeld); 0: any C.
+template <bool kResidual, int kCols>
 __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_out, const bf16* inp,
                                        const bf16* w, const bf16* b, int N, int C, bf16* residual,
                                        const bf16* ra, const bf16* rb) {
@@ -103,9 +173,19 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
   int lane = threadIdx.x % 32;
   if (row >= N) return;
   float mean, rstd;
-  const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
   bf16* o = out + size_t(row) * C;
-  for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
+  if constexpr (kCols > 0) {
+    Bf16x8 v[kCols];
+    LayerNormRowHeld<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, v, mean, rstd);
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = lane * 8 + 256 * i;
+      Store8(o + c, LayerNormChunkOf(v[i], w, b, c, mean, rstd));
+    }
+  } else {
+    const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+    for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
+  }
   if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
@@ -187,6 +267,90 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   FlushCastStats(st, s_stats, threadIdx.x, amax, counts);
 }
+
+// ResidualLayerNormFp8Forward without a transpose (what training's forward asks for): one warp
+// per row as LayerNormForwardKernel (8 rows per block, no shared tile), each 8 outputs cast
+// with Cast8 (fp8_cast.cuh: CastOne's bytes and counts) and written as an 8-byte word. The
+// same functions in the same order as LayerNormFp8Kernel: the same residual, statistics and
+// bytes.
+template <bool kResidual, bool kE4M3, int kCols>
+__global__ void __launch_bounds__(256)
+    LayerNormFp8RowsKernel(uint8_t* q_out, float* mean_out, float* rstd_out, const bf16* inp,
+                           const bf16* w, const bf16* b, int N, int C, bf16* residual,
+                           const bf16* ra, const bf16* rb, const float* scale_p, float* amax,
+                           unsigned long long* counts) {
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
+  __syncthreads();
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  CastStats st;
+  if (row < N) {  // no early return: FlushCastStats synchronises the block
+    const float scale = *scale_p;
+    float mean, rstd;
+    uint8_t* q = q_out + size_t(row) * C;
+    if constexpr (kCols > 0) {
+      Bf16x8 v[kCols];
+      LayerNormRowHeld<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, v, mean, rstd);
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        const int c = lane * 8 + 256 * i;
+        const Bf16x8 y = LayerNormChunkOf(v[i], w, b, c, mean, rstd);
+        float f[8];
+        *reinterpret_cast<uint2*>(q + c) =
+            Cast8<kE4M3>(*reinterpret_cast<const uint4*>(&y), scale, st, f);
+      }
+    } else {
+      const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+      for (int c = lane * 8; c < C; c += 256) {
+        const Bf16x8 y = LayerNormChunk(x, w, b, c, mean, rstd);
+        float f[8];
+        *reinterpret_cast<uint2*>(q + c) =
+            Cast8<kE4M3>(*reinterpret_cast<const uint4*>(&y), scale, st, f);
+      }
+    }
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+  }
+  FlushCastStats(st, s_stats, threadIdx.x, amax, counts);
+}
+
+template <bool kResidual, bool kE4M3>
+auto Fp8RowsKernelFor(int held) {
+  return held == 3   ? LayerNormFp8RowsKernel<kResidual, kE4M3, 3>
+         : held == 8 ? LayerNormFp8RowsKernel<kResidual, kE4M3, 8>
+                     : LayerNormFp8RowsKernel<kResidual, kE4M3, 0>;
+}
+template <bool kResidual>
+auto Fp8RowsKernel(bool e4m3, int held) {
+  return e4m3 ? Fp8RowsKernelFor<kResidual, true>(held) : Fp8RowsKernelFor<kResidual, false>(held);
+}
+
+// LayerNormFp8FromStats on the cast-transpose tile kernel (fp8_cast_tiles.cuh): the Op
+// normalises 8 values of a kept row with its kept mean and rstd, LayerNormChunkOf's
+// arithmetic: the forward's BF16 y, so the forward's bytes and statistics.
+struct LayerNormFromStatsOp {
+  static constexpr bool kReadsPre = false;
+  static constexpr bool kRowCol = true;
+  const float* mean;
+  const float* rstd;
+  const bf16* w;
+  const bf16* b;
+  struct Row {  // a row's kept statistics, loaded with the row's values
+    float mean, rstd;
+  };
+  struct Cols {  // the weight and bias of a thread's 8 columns, loaded once
+    Bf16x8 w, b;
+  };
+  __device__ __forceinline__ Row LoadRow(int row) const { return {mean[row], rstd[row]}; }
+  __device__ __forceinline__ Cols LoadCols(int col) const { return {Load8(w + col), Load8(b + col)}; }
+  __device__ __forceinline__ uint4 Apply(uint4 x, const Row& r, const Cols& c) const {
+    const Bf16x8 y = LayerNormChunkOf(*reinterpret_cast<const Bf16x8*>(&x), c.w, c.b, r.mean, r.rstd);
+    return *reinterpret_cast<const uint4*>(&y);
+  }
+};
 
 int MaxDynamicSmem() {
   static const int bytes = [] {
@@ -426,16 +590,23 @@ cudaError_t LaunchLayerNormBackwardFused(bf16* dinp, float* partial, const bf16*
 
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
-  LayerNormForwardKernel<false><<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N,
-                                                              C, nullptr, nullptr, nullptr);
+  const int held = HeldCols(C);
+  auto kernel = held == 3   ? LayerNormForwardKernel<false, 3>
+                : held == 8 ? LayerNormForwardKernel<false, 8>
+                            : LayerNormForwardKernel<false, 0>;
+  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,
+                                       nullptr);
   return cudaGetLastError();
 }
 
 cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
                                      const bf16* a, const bf16* b, const bf16* weight,
                                      const bf16* bias, int N, int C, cudaStream_t s) {
-  LayerNormForwardKernel<true>
-      <<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a, b);
+  const int held = HeldCols(C);
+  auto kernel = held == 3   ? LayerNormForwardKernel<true, 3>
+                : held == 8 ? LayerNormForwardKernel<true, 8>
+                            : LayerNormForwardKernel<true, 0>;
+  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a, b);
   return cudaGetLastError();
 }
 
@@ -456,6 +627,15 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   if (!LayerNormFp8Fusable(residual, a, b, weight, bias, fp8_out, fp8_out_t, N, C)) {
     return cudaErrorInvalidValue;
   }
+  if (fp8_out_t == nullptr && g_ln_new_kernels) {
+    const bool res = residual != nullptr;
+    auto kernel = res ? Fp8RowsKernel<true>(e4m3, HeldCols(C))
+                      : Fp8RowsKernel<false>(e4m3, HeldCols(C));
+    kernel<<<CeilDiv(N, 8), 256, 0, s>>>(fp8_out, mean, rstd, res ? nullptr : a, weight, bias, N, C,
+                                         residual, res ? a : nullptr, res ? b : nullptr, scale,
+                                         amax, counts);
+    return cudaGetLastError();
+  }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const size_t smem = Fp8TileBytes(C);
   const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
@@ -468,6 +648,8 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
                                           counts);
   return cudaGetLastError();
 }
+
+void SetLayerNormReferenceKernels(bool on) { g_ln_new_kernels = !on; }
 
 cudaError_t LayerNormFromStats(bf16* out, const bf16* inp, const float* mean, const float* rstd,
                                const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
@@ -482,6 +664,19 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
                                   cudaStream_t s) {
   if (!LayerNormFp8Fusable(nullptr, inp, nullptr, weight, bias, fp8_out, fp8_out_t, N, C)) {
     return cudaErrorInvalidValue;
+  }
+  if (g_ln_new_kernels) {
+    const LayerNormFromStatsOp op{mean, rstd, weight, bias};
+    if (e4m3) {
+      const CastTileGrid g =
+          PlanCastTiles(N, C, CastTilesMaxBlocks<true, LayerNormFromStatsOp, false>());
+      return LaunchCastTiles<true, LayerNormFromStatsOp, false>(
+          fp8_out, fp8_out_t, inp, nullptr, nullptr, N, C, g, scale, amax, counts, s, op);
+    }
+    const CastTileGrid g =
+        PlanCastTiles(N, C, CastTilesMaxBlocks<false, LayerNormFromStatsOp, false>());
+    return LaunchCastTiles<false, LayerNormFromStatsOp, false>(
+        fp8_out, fp8_out_t, inp, nullptr, nullptr, N, C, g, scale, amax, counts, s, op);
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const int warps = Fp8BlockWarps(N);

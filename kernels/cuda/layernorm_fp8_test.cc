@@ -97,7 +97,8 @@ class CudaLayerNormFp8Test : public ::testing::Test {
   // on) or the unfused ops. alias: residual is written over a's copy (residual = a + b in place).
   Outputs Run(bool fused, bool with_residual, bool alias, const std::vector<float>& a,
               const std::vector<float>& b, const std::vector<float>& w,
-              const std::vector<float>& bias, int N, int C, Fp8Format f, float scale) {
+              const std::vector<float>& bias, int N, int C, Fp8Format f, float scale,
+              bool with_t = true) {
     const size_t n = size_t(N) * C;
     void* da = UploadBF16(a);
     void* db = UploadBF16(b);
@@ -116,8 +117,8 @@ class CudaLayerNormFp8Test : public ::testing::Test {
     uint64_t* d_counts = Upload(std::vector<uint64_t>{5, 6, 7});
     if (fused) {
       gpu_->set_fused_layernorm_fp8(true);
-      gpu_->ResidualLayerNormFp8Forward(residual, ln, mean, rstd, da, db, dw, dbias, N, C, q, q_t,
-                                        f, d_scale, d_amax, d_counts);
+      gpu_->ResidualLayerNormFp8Forward(residual, ln, mean, rstd, da, db, dw, dbias, N, C, q,
+                                        with_t ? q_t : nullptr, f, d_scale, d_amax, d_counts);
     } else {
       if (with_residual) {
         gpu_->ResidualLayerNormForward(residual, ln, mean, rstd, da, db, dw, dbias, N, C);
@@ -163,6 +164,15 @@ class CudaLayerNormFp8Test : public ::testing::Test {
     EXPECT_EQ(Diff(got.rstd, want.rstd), "") << "rstd";
     EXPECT_EQ(got.amax, want.amax) << "amax differs";
     EXPECT_EQ(Diff(got.counts, want.counts), "") << "counters";
+    // Without a transpose (training's forward; a row kernel where fused): the same.
+    const Outputs rows = Run(true, with_residual, alias, a, b, w, bias, N, C, f, scale, false);
+    EXPECT_EQ(Diff(rows.q, want.q), "") << "row-major FP8 bytes, no transpose";
+    EXPECT_EQ(Diff(rows.q_t, std::vector<uint8_t>(n, 0x55)), "") << "a transpose was written";
+    EXPECT_EQ(Diff(rows.residual, want.residual), "") << "residual, no transpose";
+    EXPECT_EQ(Diff(rows.mean, want.mean), "") << "mean, no transpose";
+    EXPECT_EQ(Diff(rows.rstd, want.rstd), "") << "rstd, no transpose";
+    EXPECT_EQ(rows.amax, want.amax) << "amax differs, no transpose";
+    EXPECT_EQ(Diff(rows.counts, want.counts), "") << "counters, no transpose";
     // The cases exercise what they claim: counters moved from their starting values.
     if (scale >= 1000.0f) {
       EXPECT_GT(want.counts[kFp8Saturated], 5u) << "no saturation";
@@ -224,9 +234,21 @@ class CudaLayerNormFp8Test : public ::testing::Test {
                                 re_counts);
     gpu_->LayerNormFp8FromStats(nullptr, only_t, ln, x, mean, rstd, dw, dbias, N, C, f, d_scale,
                                 only_amax, only_counts);
+    // The forward again without a transpose (training's; fused: the row kernel).
+    uint8_t* fq = fp8();
+    float* fq_amax = amax();
+    uint64_t* fq_counts = counts();
+    gpu_->set_fused_layernorm_fp8(forward_fused);
+    gpu_->ResidualLayerNormFp8Forward(residual, ln, mean, rstd, da, db, dw, dbias, N, C, fq,
+                                      nullptr, f, d_scale, fq_amax, fq_counts);
     gpu_->set_fused_layernorm_fp8(true);
     const std::vector<uint8_t> want_q = Download<uint8_t>(q, n);
     const std::vector<uint8_t> want_t = Download<uint8_t>(q_t, n);
+    EXPECT_EQ(Diff(Download<uint8_t>(fq, n), want_q), "") << "forward without transpose";
+    EXPECT_EQ(Download<uint32_t>(fq_amax, 1)[0], Download<uint32_t>(fwd_amax, 1)[0])
+        << "forward without transpose: amax";
+    EXPECT_EQ(Diff(Download<uint64_t>(fq_counts, 3), Download<uint64_t>(fwd_counts, 3)), "")
+        << "forward without transpose: counters";
     EXPECT_EQ(Diff(Download<uint8_t>(rq, n), want_q), "") << "row-major FP8 bytes";
     EXPECT_EQ(Diff(Download<uint8_t>(rq_t, n), want_t), "") << "transposed FP8 bytes";
     EXPECT_EQ(Diff(Download<uint8_t>(only_t, n), want_t), "") << "transpose-only FP8 bytes";
@@ -293,6 +315,21 @@ TEST_F(CudaLayerNormFp8Test, BothBlockSizesBitIdentical) {
   Case(16392, 768, false, false, Fp8Format::kE5M2, 2.0f, true);  //
   Case(8200, 2048, true, false, Fp8Format::kE4M3, 1.0f, true);   // hidden-2048: 16 warps
   Case(8200, 768, true, true, Fp8Format::kE4M3, 0.5f, true);     // seed: 16 warps
+}
+
+// The forward without a transpose runs a row kernel and the recomputation the cast-transpose
+// tile kernel; the 32-row-tile kernel gives the same bytes and statistics for both
+// (SetLayerNormReferenceKernels(true)).
+TEST_F(CudaLayerNormFp8Test, TileKernelOnlyBitIdentical) {
+  struct TileOnly {  // restored however the test ends
+    TileOnly() { SetLayerNormReferenceKernels(true); }
+    ~TileOnly() { SetLayerNormReferenceKernels(false); }
+  } tile_only;
+  Case(8200, 2048, true, false, Fp8Format::kE4M3, 1.0f, true);   // 16 warps
+  Case(16392, 768, false, false, Fp8Format::kE5M2, 2.0f, true);  // 8 warps
+  Case(96, 768, true, false, Fp8Format::kE4M3, 1.0f, true, /*non_finite=*/true);
+  FromStatsCase(1024, 2048, true, Fp8Format::kE4M3, 0.5f, true, true);
+  FromStatsCase(8192, 768, true, Fp8Format::kE5M2, 1.0f, true, true);
 }
 
 TEST_F(CudaLayerNormFp8Test, SaturationUnderflowAndNonFiniteBitIdentical) {

@@ -97,6 +97,13 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
                                   uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
                                   const float* scale, float* amax, unsigned long long* counts,
                                   cudaStream_t s);
+// The LayerNorm forwards hold a row in registers for C = 768 and 2048,
+// ResidualLayerNormFp8Forward without fp8_out_t runs a row kernel (a warp per row, no shared
+// tile) and LayerNormFp8FromStats the cast-transpose tile kernel of CastFp8. On, they run the
+// kernels they ran before (chunk loops; the FP8 ops the 32-row-tile kernel the forward with a
+// transpose runs), which give the same bits: for fusion_bench's and the tests' comparisons.
+// Not thread-safe: set it before launching.
+void SetLayerNormReferenceKernels(bool on);
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s);
