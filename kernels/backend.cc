@@ -4,6 +4,12 @@
 
 namespace boulder::kernels {
 
+void Backend::CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format format) {
+  for (const Fp8CastJob& j : jobs) {
+    CastFp8(j.out, j.out_t, j.inp, j.rows, j.cols, format, j.scale, j.amax, j.counts);
+  }
+}
+
 void Backend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre, void* dbias,
                           int rows, int cols, Fp8Format format, const float* scale, float* amax,
                           uint64_t* counts) {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,6 +56,17 @@ float Fp8Max(Fp8Format f);               // 448, 57344
 // Counters a CastFp8 adds to, per tensor (uint64 device array of kFp8CountersPerTensor).
 enum Fp8Counter { kFp8Saturated = 0, kFp8Underflow = 1, kFp8NonFinite = 2 };
 inline constexpr int kFp8CountersPerTensor = 3;
+
+// One cast of Backend::CastFp8Batch: CastFp8's arguments but the format.
+struct Fp8CastJob {
+  uint8_t* out = nullptr;
+  uint8_t* out_t = nullptr;
+  const void* inp = nullptr;
+  int rows = 0, cols = 0;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  uint64_t* counts = nullptr;
+};
 
 // Epilogue of a Linear forward GEMM.
 enum class Epilogue {
@@ -211,6 +223,11 @@ class Backend {
   // scale, amax: FP32 device scalars; counts: uint64 device array [kFp8CountersPerTensor].
   virtual void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
                        Fp8Format format, const float* scale, float* amax, uint64_t* counts) = 0;
+  // CastFp8 of every job, each in `format` (the FP8 weights of a step: many small casts). The
+  // bytes and statistics are exactly CastFp8's per job; the jobs' outputs must not overlap
+  // each other or any input. Default: CastFp8 per job; the cuda backend batches them into a
+  // few launches.
+  virtual void CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format format);
   // LayerNorm writing its output as FP8 for the Linear after it (Transformer Engine's fused
   // LayerNorm + cast). residual null: y = LayerNorm(a) as LayerNormForward (b unused). residual
   // not null: residual = a + b, y = LayerNorm(residual) as ResidualLayerNormForward (residual

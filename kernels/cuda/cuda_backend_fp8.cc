@@ -61,6 +61,23 @@ void CudaBackend::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int row
         "CastFp8");
 }
 
+void CudaBackend::CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format format) {
+  if (!Ok() || jobs.empty()) return;
+  ProfileScope profile(this, profiling_ ? absl::StrCat("CastFp8Batch ", jobs.size(), " tensors")
+                                        : std::string());
+  std::vector<cuda::CastBatchJob> launch(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Fp8CastJob& j = jobs[i];
+    BOULDER_REQUIRE_FP8(j.out != nullptr || j.out_t != nullptr, "CastFp8Batch without an output");
+    launch[i] = {j.out,   j.out_t, static_cast<const bf16*>(j.inp),
+                 j.rows,  j.cols,  j.scale,
+                 j.amax,  reinterpret_cast<unsigned long long*>(j.counts)};
+  }
+  Check(cuda::CastFp8Batch(launch.data(), static_cast<int>(launch.size()),
+                           format == Fp8Format::kE4M3, stream_),
+        "CastFp8Batch");
+}
+
 void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre,
                               void* dbias, int rows, int cols, Fp8Format format, const float* scale,
                               float* amax, uint64_t* counts) {

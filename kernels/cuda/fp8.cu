@@ -146,6 +146,79 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const bf16* inp, int rows, int
   return cudaGetLastError();
 }
 
+namespace {
+
+// CastFp8Batch's launch: up to kCastBatchMax jobs in the kernel's parameters (__grid_constant__:
+// read in place, not copied per thread); block b belongs to the job whose first_block is the
+// last at or below b, and is that job's (strip, chunk) = (local % col_tiles, local / col_tiles).
+constexpr int kCastBatchMax = 24;
+constexpr int kCastBatchTilesPerBlock = 4;  // row tiles of 64 per block: 256 rows
+struct CastBatchLaunch {
+  struct Job {
+    uint8_t* out;
+    uint8_t* out_t;
+    const bf16* inp;
+    const float* scale;
+    float* amax;
+    unsigned long long* counts;
+    int rows, cols, col_tiles, first_block;
+  } job[kCastBatchMax];
+  int n;
+};
+
+template <bool kE4M3>
+__global__ void __launch_bounds__(kCastTileThreads, CastTilesMinBlocks(false, false))
+    CastBatchKernel(const __grid_constant__ CastBatchLaunch launch) {
+  int j = 0;
+  while (j + 1 < launch.n && int(blockIdx.x) >= launch.job[j + 1].first_block) ++j;
+  const CastBatchLaunch::Job& b = launch.job[j];
+  const int local = blockIdx.x - b.first_block;
+  CastTilesBlock<kE4M3, CastOp, false>(b.out, b.out_t, b.inp, nullptr, nullptr, b.rows, b.cols,
+                                       kCastBatchTilesPerBlock, b.scale, b.amax, b.counts,
+                                       CastOp{}, local % b.col_tiles, local / b.col_tiles);
+}
+
+}  // namespace
+
+cudaError_t CastFp8Batch(const CastBatchJob* jobs, int n, bool e4m3, cudaStream_t s) {
+  CastBatchLaunch launch;
+  launch.n = 0;
+  int blocks = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (launch.n == 0) return cudaSuccess;
+    if (e4m3) {
+      CastBatchKernel<true><<<blocks, kCastTileThreads, 0, s>>>(launch);
+    } else {
+      CastBatchKernel<false><<<blocks, kCastTileThreads, 0, s>>>(launch);
+    }
+    launch.n = 0;
+    blocks = 0;
+    return cudaGetLastError();
+  };
+  for (int i = 0; i < n; ++i) {
+    const CastBatchJob& j = jobs[i];
+    if (j.rows <= 0 || j.cols <= 0) continue;
+    if (j.rows % 8 != 0 || j.cols % 8 != 0 || !Aligned(j.inp, 16) || !Aligned(j.out, 8) ||
+        !Aligned(j.out_t, 8)) {
+      if (cudaError_t e = CastFp8(j.out, j.out_t, j.inp, j.rows, j.cols, e4m3, j.scale, j.amax,
+                                  j.counts, s);
+          e != cudaSuccess) {
+        return e;
+      }
+      continue;
+    }
+    const int col_tiles = CeilDiv(j.cols, kCastTile);
+    const int chunks = CeilDiv(CeilDiv(j.rows, kCastTile), kCastBatchTilesPerBlock);
+    launch.job[launch.n++] = {j.out,    j.out_t, j.inp,  j.scale,   j.amax,
+                              j.counts, j.rows,  j.cols, col_tiles, blocks};
+    blocks += col_tiles * chunks;
+    if (launch.n == kCastBatchMax) {
+      if (cudaError_t e = flush(); e != cudaSuccess) return e;
+    }
+  }
+  return flush();
+}
+
 bool CastFp8GradFusable(const void* out, const void* out_t, const void* dout, const void* pre,
                         int rows, int cols) {
   return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 8 == 0 && Aligned(dout, 16) &&

@@ -90,15 +90,17 @@ constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
   return reads_pre || sums ? 4 : 5;
 }
 
-// Casts Op(inp, pre) for the tiles of strip blockIdx.x, chunk blockIdx.y; see above.
+// Casts Op(inp, pre) for the tiles of column strip bx, chunk by (a block of
+// kCastTileThreads threads: CastTilesKernel's blockIdx.x and .y); see above.
 // REQUIRES: rows, cols multiples of 8; inp, pre 16-byte aligned; out, out_t 8-byte aligned.
 template <bool kE4M3, class Op, bool kSums>
-__global__ void __launch_bounds__(kCastTileThreads,
-                                  CastTilesMinBlocks(Op::kReadsPre || Op::kRowCol, kSums))
-    CastTilesKernel(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* __restrict__ inp,
-                    const __nv_bfloat16* __restrict__ pre, float* partial, int rows, int cols,
-                    int tiles_per_chunk, const float* scale_p, float* amax,
-                    unsigned long long* counts, const Op op) {
+__device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
+                                               const __nv_bfloat16* __restrict__ inp,
+                                               const __nv_bfloat16* __restrict__ pre,
+                                               float* partial, int rows, int cols,
+                                               int tiles_per_chunk, const float* scale_p,
+                                               float* amax, unsigned long long* counts,
+                                               const Op& op, int bx, int by) {
   __shared__ __align__(16) uint8_t tile_t[kCastTile][kCastTile];
   __shared__ float col_sums[kSums ? kCastTileThreads / 8 : 1][kSums ? kCastTile : 1];
   __shared__ BlockCastStats s_stats;
@@ -107,9 +109,9 @@ __global__ void __launch_bounds__(kCastTileThreads,
   const float scale = *scale_p;
   const int lane_c = (threadIdx.x % 8) * 8;  // this thread's first column of the tile
   const int rp = threadIdx.x / 8;            // its rows 2·rp and 2·rp + 1
-  const int c0 = blockIdx.x * kCastTile, c = c0 + lane_c;
+  const int c0 = bx * kCastTile, c = c0 + lane_c;
   const int row_tiles = (rows + kCastTile - 1) / kCastTile;
-  const int t_begin = blockIdx.y * tiles_per_chunk;
+  const int t_begin = by * tiles_per_chunk;
   const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
   float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   CastStats st;
@@ -191,10 +193,21 @@ __global__ void __launch_bounds__(kCastTileThreads,
     if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
       float acc = 0.f;
       for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
-      partial[size_t(blockIdx.y) * cols + c0 + threadIdx.x] = acc;
+      partial[size_t(by) * cols + c0 + threadIdx.x] = acc;
     }
   }
   FlushCastStats(st, s_stats, threadIdx.x, amax, counts);  // synchronises before it reads
+}
+
+template <bool kE4M3, class Op, bool kSums>
+__global__ void __launch_bounds__(kCastTileThreads,
+                                  CastTilesMinBlocks(Op::kReadsPre || Op::kRowCol, kSums))
+    CastTilesKernel(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* __restrict__ inp,
+                    const __nv_bfloat16* __restrict__ pre, float* partial, int rows, int cols,
+                    int tiles_per_chunk, const float* scale_p, float* amax,
+                    unsigned long long* counts, const Op op) {
+  CastTilesBlock<kE4M3, Op, kSums>(out, out_t, inp, pre, partial, rows, cols, tiles_per_chunk,
+                                   scale_p, amax, counts, op, blockIdx.x, blockIdx.y);
 }
 
 // How many blocks of CastTilesKernel<kE4M3, Op, kSums> fill the current device once.

@@ -19,6 +19,22 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int 
                     bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                     cudaStream_t s);
 
+// Backend::CastFp8Batch: CastFp8 of each job in as few launches as the kernel-parameter space
+// allows (kCastBatchMax jobs per launch, one block per 64-column strip and chunk of row tiles
+// of each job; every job in one format). Jobs whose shapes or pointers the tile kernel does not
+// take (dims not multiples of 8, unaligned) run CastFp8 on their own. Same bytes and
+// statistics as CastFp8 per job.
+struct CastBatchJob {
+  uint8_t* out;
+  uint8_t* out_t;
+  const __nv_bfloat16* inp;
+  int rows, cols;
+  const float* scale;
+  float* amax;
+  unsigned long long* counts;
+};
+cudaError_t CastFp8Batch(const CastBatchJob* jobs, int n, bool e4m3, cudaStream_t s);
+
 // The fused backward cast (Backend::CastFp8Grad): g = dout (⊙ gelu'(pre) when pre is not
 // null), cast like CastFp8, and dbias += column sums of g when dbias is not null (partial sums
 // in scratch, fixed order). Only when CastFp8GradFusable (dims multiples of 8, aligned

@@ -481,5 +481,75 @@ TEST_F(CudaFp8Test, GeluForwardMatchesCpu) {
   }
 }
 
+// CastFp8Batch (a step's weights in a few launches): every job's bytes (row-major and
+// transposed), amax and counters exactly as CastFp8 gives them one by one. 30 jobs: more than
+// one launch's worth; shapes from the seed/GPT-2/hidden-2048 Linears, a few tiny and odd ones
+// (rows or cols not multiples of 8: cast on their own), jobs with only one of the outputs, and
+// two jobs sharing one tensor's statistics.
+TEST_F(CudaFp8Test, CastBatchMatchesOneCastPerJob) {
+  const int shapes[][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {6144, 2048},
+                           {2048, 2048}, {8, 8},    {64, 72},    {12, 40},    {40, 13}};
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    SCOPED_TRACE(FormatName(f));
+    struct Case {
+      int rows, cols;
+      void* inp;
+      uint8_t *out[2], *out_t[2];
+      float* amax[2];
+      uint64_t* counts[2];
+    };
+    std::vector<Case> cases;
+    float* d_scale = Upload(std::vector<float>{f == Fp8Format::kE4M3 ? 64.0f : 256.0f});
+    for (int i = 0; i < 30; ++i) {
+      Case c;
+      c.rows = shapes[i % 10][0];
+      c.cols = shapes[i % 10][1];
+      const size_t n = size_t(c.rows) * c.cols;
+      c.inp = UploadBF16(Inputs(n, 0.05f, /*specials=*/i % 7 == 3));
+      for (int k = 0; k < 2; ++k) {
+        c.out[k] = i % 3 == 1 ? nullptr : Upload(std::vector<uint8_t>(n, 0x55));
+        c.out_t[k] = i % 3 == 2 ? nullptr : Upload(std::vector<uint8_t>(n, 0x55));
+        c.amax[k] = Upload(std::vector<float>{0.125f});
+        c.counts[k] = Upload(std::vector<uint64_t>{4, 5, 6});
+      }
+      cases.push_back(c);
+    }
+    // Reference: CastFp8 per job ([0]); the batch ([1]), where jobs 28 and 29 add to job 27's
+    // statistics (as they do in the reference below).
+    std::vector<Fp8CastJob> jobs;
+    for (int i = 0; i < 30; ++i) {
+      Case& c = cases[i];
+      const int st = i >= 28 ? 27 : i;
+      gpu_->CastFp8(c.out[0], c.out_t[0], c.inp, c.rows, c.cols, f, d_scale, cases[st].amax[0],
+                    cases[st].counts[0]);
+      Fp8CastJob j;
+      j.out = c.out[1];
+      j.out_t = c.out_t[1];
+      j.inp = c.inp;
+      j.rows = c.rows;
+      j.cols = c.cols;
+      j.scale = d_scale;
+      j.amax = cases[st].amax[1];
+      j.counts = cases[st].counts[1];
+      jobs.push_back(j);
+    }
+    gpu_->CastFp8Batch(jobs, f);
+    for (int i = 0; i < 30; ++i) {
+      SCOPED_TRACE(absl::StrCat("job ", i, ": ", cases[i].rows, "x", cases[i].cols));
+      const Case& c = cases[i];
+      const size_t n = size_t(c.rows) * c.cols;
+      if (c.out[0] != nullptr) EXPECT_EQ(Download(c.out[1], n), Download(c.out[0], n));
+      if (c.out_t[0] != nullptr) EXPECT_EQ(Download(c.out_t[1], n), Download(c.out_t[0], n));
+      EXPECT_EQ(Download(reinterpret_cast<uint32_t*>(c.amax[1]), 1),
+                Download(reinterpret_cast<uint32_t*>(c.amax[0]), 1));
+      EXPECT_EQ(Download(c.counts[1], 3), Download(c.counts[0], 3));
+    }
+    // The cases count something: saturation (1e4 outliers at these scales) and underflow.
+    const std::vector<uint64_t> counts = Download(cases[0].counts[0], 3);
+    EXPECT_GT(counts[kFp8Saturated], 4u);
+    EXPECT_GT(counts[kFp8Underflow], 5u);
+  }
+}
+
 }  // namespace
 }  // namespace boulder::kernels::cuda

@@ -291,6 +291,9 @@ class Model {
                       const void* pre_gelu, const void* inp, const void* weight, int N, int C,
                       int OC);
   absl::Status AllocateFp8();
+  // Casts every FP8 Linear's weight (and its transpose where kept) with the step's scales in
+  // one Backend::CastFp8Batch, recording their statistics; marks them current.
+  void CastFp8Weights();
   // The LayerNorm before Linear t of `layer` (residual null: LayerNorm(a); else residual =
   // a + b first), the contracts of Backend::LayerNormForward/ResidualLayerNormForward. In an
   // FP8 training forward without recompute (LayerNorm output read only by that Linear's cast)

@@ -2,7 +2,8 @@
 // layer. Per training micro-batch:
 //   forward:  input -> cast (E4M3, the input's scale) into the shared scratch (for qkv and fc1
 //             by their LayerNorm, Backend::ResidualLayerNormFp8Forward, when nothing is
-//             recomputed); weight -> cast once per optimizer step (row-major, kept per layer);
+//             recomputed); weights -> cast once per optimizer step, every layer's in one
+//             Backend::CastFp8Batch at the step's first FP8 Linear (row-major, kept per layer);
 //             out = FP8 GEMM (fast accumulation) + bias; fc1 writes only its pre-activation,
 //             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
 //             no BF16 GELU output is written or read);
@@ -113,18 +114,48 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   }
   fp8_input_cast_by_ln_ = -1;
   // The weights do not change between a forward and its backward: a recompute finds them
-  // cast already. (b.weight_t is null unless fp8_keep_transposes: the backward casts it.)
-  if (b.weight_version != fp8_weight_version_) {
-    be.CastFp8(b.weight, b.weight_t, weight, OC, C, w_fmt, s.scale(w), s.amax(w), s.counts(w));
-    s.AddElements(w, static_cast<int64_t>(OC) * C);
-    b.weight_version = fp8_weight_version_;
-  }
+  // cast already. The step's first FP8 Linear casts every layer's (one batch of small casts).
+  // (b.weight_t is null unless fp8_keep_transposes: the backward casts it.)
+  if (b.weight_version != fp8_weight_version_) CastFp8Weights();
   // fc1 (kGelu) writes its pre-activation only: fc2's input cast computes the GELU from it
   // (gelu_pre above), and so does the backward's recomputed transpose, so the forward and the
   // backward cast the same values.
   void* const gemm_out = epilogue == kernels::Epilogue::kGelu ? pre_gelu : out;
   be.MatmulFp8(gemm_out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w),
                bias, N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
+}
+
+void Model::CastFp8Weights() {
+  Fp8State& s = *fp8_;
+  const ModelConfig& c = options_.config;
+  const int C = c.hidden, F = c.ffn;
+  // {K, OC} of qkv, attn_proj, fc1, fc2, as AllocateFp8.
+  const int dims[Fp8State::kLinears][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
+  const TensorKind kinds[Fp8State::kLinears] = {TensorKind::kQkvWeight,
+                                                TensorKind::kAttnProjWeight,
+                                                TensorKind::kFc1Weight, TensorKind::kFc2Weight};
+  std::vector<kernels::Fp8CastJob> jobs;
+  jobs.reserve(fp8_linears_.size());
+  for (int l = 0; l < c.layers; ++l) {
+    for (int t = 0; t < Fp8State::kLinears; ++t) {
+      Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
+      const int w = s.Index(l, static_cast<Fp8Linear>(t), Fp8Role::kWeight);
+      const int K = dims[t][0], OC = dims[t][1];
+      kernels::Fp8CastJob job;
+      job.out = b.weight;
+      job.out_t = b.weight_t;
+      job.inp = P(kinds[t], l);
+      job.rows = OC;
+      job.cols = K;
+      job.scale = s.scale(w);
+      job.amax = s.amax(w);
+      job.counts = s.counts(w);
+      jobs.push_back(job);
+      s.AddElements(w, static_cast<int64_t>(OC) * K);
+      b.weight_version = fp8_weight_version_;
+    }
+  }
+  backend_->CastFp8Batch(jobs, s.Format(Fp8Role::kWeight));
 }
 
 void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* out, float* mean,
