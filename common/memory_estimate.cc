@@ -110,11 +110,25 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
     // model_fp8.cc AllocateFp8, one byte per element, for the training micro-batch's rows:
     // where the recomputing casts put their statistics, and the backward's weight transpose
     // (of the largest Linear).
-    const int64_t scratch = 8 + counters + C * std::max(3 * C, F);
+    const int64_t shared_t = C * std::max(3 * C, F);
+    const int64_t scratch = 8 + counters + shared_t;
     // Per layer: qkv {K C, OC 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}; each keeps the
     // FP8 weight [OC, K] (the backward recomputes every input transpose).
     const int64_t linears = 3 * C * C + C * C + C * F + F * C;
     e.fp8_bytes = state + scratch + L * linears;
+    if (backend == "cuda") {
+      // Every weight transpose kept per layer instead of the shared one, where FP8 then still
+      // needs no more than BF16.
+      absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(resolved, "bf16", backend);
+      if (!bf16.ok()) return bf16.status();
+      const int64_t kept = e.fp8_bytes - shared_t + L * linears;
+      const int64_t others =
+          e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes;
+      if (others + kept <= bf16->total_bytes - kCudaRuntimeReserveBytes) {
+        e.fp8_bytes = kept;
+        e.fp8_keeps_weight_transposes = true;
+      }
+    }
   }
   e.runtime_bytes = backend == "cuda" ? kCudaRuntimeReserveBytes : 0;
   e.total_bytes = e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes +

@@ -11,7 +11,10 @@
 // worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), one
 // shared FP8 weight transpose, and per layer and Linear the FP8 weight (the backward
 // recomputes the FP8 input transposes); the FP8 cast scratch lives in two arena buffers
-// (GELU's output, dqkv), carved large enough for it. On cuda it adds
+// (GELU's output, dqkv), carved large enough for it. FP8 on cuda keeps every Linear's FP8
+// weight transpose per layer instead of the shared one when the job's estimate still stays at
+// or below the same job's in bf16 (fp8_keeps_weight_transposes): FP8 never takes more memory
+// than BF16 for it. On cuda it adds
 // kCudaRuntimeReserveBytes for the CUDA context and cuBLASLt workspace, which the trainer does
 // not allocate through the model.
 //
@@ -39,6 +42,9 @@ struct MemoryEstimate {
   int64_t optimizer_bytes = 0;  // AdamW m and v, FP32 master weights, the decay mask
   int64_t activations_bytes = 0;
   int64_t fp8_bytes = 0;      // precision fp8 only
+  // precision fp8 on cuda: each Linear's FP8 weight transpose is kept per layer (cast with the
+  // weights once per step) rather than cast again by every backward into one shared buffer.
+  bool fp8_keeps_weight_transposes = false;
   int64_t runtime_bytes = 0;  // kCudaRuntimeReserveBytes on cuda, 0 on cpu
   int64_t total_bytes = 0;    // the sum of the above
 };

@@ -117,21 +117,43 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   const int64_t shared_ln = 3 * 2 * int64_t{8192} * 768 * 2;
   EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes - shared_ln);
   // 4 layers, C 768, F 3072, history 16: per layer the FP8 weights 3C² + C² + 2CF bytes (no
-  // input transposes: the backward recomputes them), one shared weight transpose C·max(3C,F),
-  // and 48 tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot, a 16-entry
-  // history, 3 uint64 counters each; every region 256-byte aligned).
+  // input transposes: the backward recomputes them) and, since FP8 stays under BF16 with them,
+  // their transposes as many bytes (else one shared weight transpose C·max(3C,F)), and 48
+  // tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot, a 16-entry history,
+  // 3 uint64 counters each; every region 256-byte aligned).
   const int64_t C = 768, F = 3072, L = 4;
   const int64_t layers = L * (4 * C * C + 2 * C * F);
-  const int64_t scratch = C * F + 32;  // F > 3C; the recompute's discard slot
+  const int64_t discard = 32;  // the recompute's discard slot
+  const int64_t shared_t = C * F;  // F > 3C
   const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
-  EXPECT_EQ(fp8->fp8_bytes, layers + scratch + state);
+  EXPECT_TRUE(fp8->fp8_keeps_weight_transposes);
+  EXPECT_EQ(fp8->fp8_bytes, 2 * layers + discard + state);
   EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes - shared_ln);
+  EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
   EXPECT_THAT(FormatMemoryEstimate(*fp8), HasSubstr(", FP8 0."));
-  // Emulated on the cpu: FP32 elsewhere.
+  // Emulated on the cpu: FP32 elsewhere, and the shared transpose.
   absl::StatusOr<MemoryEstimate> emulated = EstimateTrainingMemory(*spec, "fp8", "cpu");
   ASSERT_TRUE(emulated.ok());
   EXPECT_EQ(emulated->params_bytes, 2 * fp8->params_bytes);
-  EXPECT_EQ(emulated->fp8_bytes, fp8->fp8_bytes);
+  EXPECT_FALSE(emulated->fp8_keeps_weight_transposes);
+  EXPECT_EQ(emulated->fp8_bytes, layers + shared_t + discard + state);
+}
+
+// The weight transposes are kept only where FP8 then still fits in the job's BF16 memory: the
+// benchmark's hidden-2048 job (8 x 1024 rows, 8 layers of 2048 / 8192) has 48 MiB between the
+// two, less than its 403 MB of transposes.
+TEST(MemoryEstimateTest, Fp8KeepsWeightTransposesOnlyWithinBf16Memory) {
+  absl::StatusOr<v1::JobSpec> spec =
+      Load("precision: fp8\nmodel: {hidden: 2048, heads: 16, layers: 8, ffn: 8192, context: "
+           "1024}\ntraining: {batch_size: 8, seq_len: 1024}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
+  absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
+  ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
+  EXPECT_FALSE(fp8->fp8_keeps_weight_transposes);
+  EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
+  const int64_t C = 2048, F = 8192, L = 8;
+  EXPECT_GT(fp8->total_bytes + L * (4 * C * C + 2 * C * F) - C * F, bf16->total_bytes);
 }
 
 TEST(MemoryEstimateTest, RejectsUnknownPrecisionAndBackend) {

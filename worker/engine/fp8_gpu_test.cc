@@ -184,15 +184,18 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
   std::string why;
   if (!Fp8GpuOrNull(&why)) GTEST_SKIP() << why;
   ArithmeticData data(96, 6, 17);
-  std::vector<float> grads[2];
-  size_t fp8_bytes[2] = {0, 0};
+  // [0] recomputed, [1] every transpose kept, [2] the weight transposes kept (written with the
+  // weights by CastFp8Weights: fp8_keep_weight_transposes).
+  std::vector<float> grads[3];
+  size_t fp8_bytes[3] = {0, 0, 0};
   std::vector<TensorInfo> tensors;
   const ModelOptions base = SmallOptions();
-  for (int keep = 0; keep < 2; ++keep) {
+  for (int keep = 0; keep < 3; ++keep) {
     std::unique_ptr<kernels::Backend> gpu = Fp8GpuOrNull(&why);
     gpu->SetDeterministic(true);
     ModelOptions o = base;
     o.fp8_keep_transposes = keep == 1;
+    o.fp8_keep_weight_transposes = keep == 2;
     auto m = Model::Create(gpu.get(), o);
     ASSERT_TRUE(m.ok()) << m.status();
     // A first micro-batch sets the scales (no optimizer step: the weights stay the same).
@@ -217,6 +220,7 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
       const double a = grads[1][i], b = grads[0][i];
       ASSERT_TRUE(std::isfinite(b)) << i - t.offset;
       differing += std::memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
+      differing += std::memcmp(&grads[0][i], &grads[2][i], sizeof(float)) != 0;
       num += (a - b) * (a - b);
       den += a * a;
     }
@@ -227,6 +231,7 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
                F = base.config.ffn, L = base.config.layers;
   EXPECT_EQ(fp8_bytes[1] - fp8_bytes[0],
             L * (N * (3 * C + F) + 4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
+  EXPECT_EQ(fp8_bytes[2] - fp8_bytes[0], L * (4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
 }
 
 // The seed job itself (batch 32 x 256, 200 steps, a report every 10 steps): at the GPU tests'

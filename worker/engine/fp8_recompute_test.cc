@@ -112,6 +112,39 @@ TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) 
   }
 }
 
+// ModelOptions::fp8_keep_weight_transposes (what the trainer sets where FP8 then still fits in
+// BF16's memory): the weight transposes written with the weights once per step instead of cast
+// again in every backward train identically, and take every Linear's transpose less the
+// shared one more.
+TEST(Fp8RecomputeTest, KeepingTheWeightTransposesTrainsTheSame) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  for (int accum : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat("grad_accum ", accum));
+    ModelOptions keep_w = Options(Recompute::kNone, /*keep=*/false, accum);
+    keep_w.fp8_keep_weight_transposes = true;
+    const TrainResult kept = Train(cpu.get(), keep_w, 3);
+    const TrainResult cast = Train(cpu.get(), Options(Recompute::kNone, false, accum), 3);
+    ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
+    EXPECT_EQ(cast.losses, kept.losses);
+    EXPECT_EQ(cast.params, kept.params);
+    ASSERT_EQ(cast.stats.size(), kept.stats.size());
+    for (size_t i = 0; i < kept.stats.size(); ++i) {
+      EXPECT_EQ(cast.stats[i].amax, kept.stats[i].amax) << i;
+      EXPECT_EQ(cast.stats[i].scale, kept.stats[i].scale) << i;
+      EXPECT_EQ(cast.stats[i].elements, kept.stats[i].elements) << i;
+    }
+  }
+  ModelOptions keep_w = Options(Recompute::kNone, false, 1);
+  keep_w.fp8_keep_weight_transposes = true;
+  absl::StatusOr<std::unique_ptr<Model>> a = Model::Create(cpu.get(), keep_w);
+  absl::StatusOr<std::unique_ptr<Model>> b =
+      Model::Create(cpu.get(), Options(Recompute::kNone, false, 1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  const size_t C = 64, F = 256, L = 2;
+  EXPECT_EQ((*a)->fp8_bytes() - (*b)->fp8_bytes(),
+            L * (4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
+}
+
 TEST(Fp8RecomputeTest, AllocatesTheKeptTransposesLess) {
   std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
   for (Recompute mode : {Recompute::kNone, Recompute::kMlp, Recompute::kFull}) {

@@ -82,6 +82,11 @@ struct ModelOptions {
   // gradients up to fc2's recomputed GELU (bit-identical on the cpu emulation). For tests
   // that compare the two layouts; the memory estimate counts the default (false).
   bool fp8_keep_transposes = false;
+  // FP8 only: keep every Linear's FP8 weight transpose per layer, cast with the weights once
+  // per step (Model::CastFp8Weights), instead of casting it again in every backward into one
+  // shared buffer. The trainer sets it where common::EstimateTrainingMemory says FP8 then
+  // still takes no more memory than BF16 (fp8_keeps_weight_transposes); the bytes are the same.
+  bool fp8_keep_weight_transposes = false;
 };
 
 class Model {

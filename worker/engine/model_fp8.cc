@@ -29,7 +29,8 @@
 // Memory: per layer only the four FP8 weights (one byte per weight); the scratch is in the
 // arena, and one weight transpose (of the largest Linear) is shared.
 // ModelOptions::fp8_keep_transposes keeps every input and weight transpose per layer instead
-// (the layout before the recomputation, for tests).
+// (the layout before the recomputation, for tests); fp8_keep_weight_transposes the weight
+// transposes only (written by CastFp8Weights with the weights), where memory allows.
 #include <algorithm>
 #include <utility>
 
@@ -48,6 +49,7 @@ absl::Status Model::AllocateFp8() {
   const size_t N = static_cast<size_t>(options_.batch_size) * options_.seq_len;
   const size_t C = c.hidden, F = c.ffn;
   const bool keep = options_.fp8_keep_transposes;
+  const bool keep_w = keep || options_.fp8_keep_weight_transposes;
   auto alloc = [this](size_t bytes, uint8_t** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
@@ -58,7 +60,7 @@ absl::Status Model::AllocateFp8() {
   };
   // The cast scratch (fp8_input_, fp8_dout_, fp8_dout_t_) is in the arena (Allocate()).
   absl::Status s = alloc(8 + kernels::kFp8CountersPerTensor * sizeof(uint64_t), &fp8_discard_);
-  if (s.ok() && !keep) s = alloc(C * std::max(3 * C, F), &fp8_weight_t_);
+  if (s.ok() && !keep_w) s = alloc(C * std::max(3 * C, F), &fp8_weight_t_);
   fp8_linears_.resize(static_cast<size_t>(c.layers) * Fp8State::kLinears);
   for (int l = 0; l < c.layers && s.ok(); ++l) {
     // {K, OC} of qkv, attn_proj, fc1, fc2.
@@ -68,7 +70,7 @@ absl::Status Model::AllocateFp8() {
       const size_t K = dims[t][0], OC = dims[t][1];
       if (keep) s = alloc(K * N, &b.input_t);
       if (s.ok()) s = alloc(OC * K, &b.weight);
-      if (s.ok() && keep) s = alloc(K * OC, &b.weight_t);
+      if (s.ok() && keep_w) s = alloc(K * OC, &b.weight_t);
     }
   }
   return s;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/memory_estimate.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
 #include "worker/engine/data_parallel.h"
@@ -270,6 +271,12 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.recompute = recompute;
   mo.fp8 = Fp8OptionsFromSpec(spec);
   const bool fp8 = mo.fp8.enabled;
+  if (fp8 && (*backend)->name() == "cuda") {
+    // The weight transposes kept per layer where FP8 then needs no more memory than BF16 (the
+    // estimate the coordinator placed the job by).
+    absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cuda");
+    mo.fp8_keep_weight_transposes = e.ok() && e->fp8_keeps_weight_transposes;
+  }
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
   Model& model = **model_or;
