@@ -223,6 +223,9 @@ class Backend {
   // scale, amax: FP32 device scalars; counts: uint64 device array [kFp8CountersPerTensor].
   virtual void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols,
                        Fp8Format format, const float* scale, float* amax, uint64_t* counts) = 0;
+  // out[cols, rows] = the transpose of in[rows, cols], FP8 bytes as they are (a cast's
+  // row-major output turned into the transpose CastFp8 would have written: the same bytes).
+  virtual void TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) = 0;
   // CastFp8 of every job, each in `format` (the FP8 weights of a step: many small casts). The
   // bytes and statistics are exactly CastFp8's per job; the jobs' outputs must not overlap
   // each other or any input. Default: CastFp8 per job; the cuda backend batches them into a

@@ -313,6 +313,13 @@ void CpuBackend<S>::CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int r
 }
 
 template <typename S>
+void CpuBackend<S>::TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) out[size_t(c) * rows + r] = in[size_t(r) * cols + c];
+  }
+}
+
+template <typename S>
 void CpuBackend<S>::LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch,
                                           const void* inp, const float* mean, const float* rstd,
                                           const void* weight, const void* bias, int N, int C,

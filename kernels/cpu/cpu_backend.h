@@ -93,6 +93,7 @@ class CpuBackend final : public Backend {
   absl::Status Fp8Supported() const override;
   void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
                const float* scale, float* amax, uint64_t* counts) override;
+  void TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) override;
   void LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch, const void* inp,
                              const float* mean, const float* rstd, const void* weight,
                              const void* bias, int N, int C, Fp8Format format, const float* scale,

@@ -120,6 +120,7 @@ class CudaBackend final : public Backend {
   void CastFp8(uint8_t* out, uint8_t* out_t, const void* inp, int rows, int cols, Fp8Format format,
                const float* scale, float* amax, uint64_t* counts) override;
   void CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format format) override;
+  void TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) override;
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
                  int M, int N, int K, bool accumulate, bool fast_accum) override;

@@ -78,6 +78,13 @@ void CudaBackend::CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format fo
         "CastFp8Batch");
 }
 
+void CudaBackend::TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) {
+  if (!Ok()) return;
+  ProfileScope profile(this, profiling_ ? absl::StrCat("TransposeFp8 ", rows, "x", cols)
+                                        : std::string());
+  Check(cuda::TransposeFp8(out, in, rows, cols, stream_), "TransposeFp8");
+}
+
 void CudaBackend::CastFp8Grad(uint8_t* out, uint8_t* out_t, void* dout, const void* pre,
                               void* dbias, int rows, int cols, Fp8Format format, const float* scale,
                               float* amax, uint64_t* counts) {

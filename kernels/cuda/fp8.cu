@@ -219,6 +219,63 @@ cudaError_t CastFp8Batch(const CastBatchJob* jobs, int n, bool e4m3, cudaStream_
   return flush();
 }
 
+namespace {
+
+// TransposeFp8: a 64 x 64 byte tile per block of 256 threads. Thread t reads 16 bytes of tile
+// row t/4 (one 16-byte load where `vec`: rows and cols multiples of 16, 16-byte-aligned
+// pointers; else byte by byte within bounds) into shared memory (row pitch 68: 4-byte stores,
+// few bank conflicts), then writes 16 bytes of output row t/4 (input column c0 + t/4): input
+// rows r0 + 16·(t%4) .. + 15 gathered from the tile.
+constexpr int kTransposeTile = 64;
+__global__ void __launch_bounds__(256)
+    TransposeFp8Kernel(uint8_t* out, const uint8_t* in, int rows, int cols, bool vec) {
+  __shared__ __align__(16) uint8_t tile[kTransposeTile][kTransposeTile + 4];
+  const int r0 = blockIdx.y * kTransposeTile, c0 = blockIdx.x * kTransposeTile;
+  const int i = threadIdx.x / 4, k = (threadIdx.x % 4) * 16;
+  {
+    const int r = r0 + i, c = c0 + k;
+    if (vec) {
+      if (r < rows && c < cols) {
+        const uint4 v = *reinterpret_cast<const uint4*>(in + size_t(r) * cols + c);
+        uint32_t* row = reinterpret_cast<uint32_t*>(&tile[i][k]);
+        row[0] = v.x, row[1] = v.y, row[2] = v.z, row[3] = v.w;
+      }
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        if (r < rows && c + j < cols) tile[i][k + j] = in[size_t(r) * cols + c + j];
+      }
+    }
+  }
+  __syncthreads();
+  const int oc = c0 + i, orow = r0 + k;  // output row oc, columns orow .. orow + 15
+  if (oc >= cols) return;
+  if (vec) {
+    if (orow < rows) {
+      uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        w[q] = uint32_t(tile[k + 4 * q][i]) | uint32_t(tile[k + 4 * q + 1][i]) << 8 |
+               uint32_t(tile[k + 4 * q + 2][i]) << 16 | uint32_t(tile[k + 4 * q + 3][i]) << 24;
+      }
+      *reinterpret_cast<uint4*>(out + size_t(oc) * rows + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  } else {
+    for (int j = 0; j < 16; ++j) {
+      if (orow + j < rows) out[size_t(oc) * rows + orow + j] = tile[k + j][i];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return cudaSuccess;
+  const bool vec = rows % 16 == 0 && cols % 16 == 0 && Aligned(in, 16) && Aligned(out, 16);
+  const dim3 grid(CeilDiv(cols, kTransposeTile), CeilDiv(rows, kTransposeTile));
+  TransposeFp8Kernel<<<grid, 256, 0, s>>>(out, in, rows, cols, vec);
+  return cudaGetLastError();
+}
+
 bool CastFp8GradFusable(const void* out, const void* out_t, const void* dout, const void* pre,
                         int rows, int cols) {
   return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 8 == 0 && Aligned(dout, 16) &&

@@ -19,6 +19,9 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int 
                     bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                     cudaStream_t s);
 
+// Backend::TransposeFp8: out[cols, rows] = in[rows, cols]ᵀ, bytes.
+cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s);
+
 // Backend::CastFp8Batch: CastFp8 of each job in as few launches as the kernel-parameter space
 // allows (kCastBatchMax jobs per launch, one block per 64-column strip and chunk of row tiles
 // of each job; every job in one format). Jobs whose shapes or pointers the tile kernel does not

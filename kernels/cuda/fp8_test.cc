@@ -481,6 +481,32 @@ TEST_F(CudaFp8Test, GeluForwardMatchesCpu) {
   }
 }
 
+// TransposeFp8: the FP8 weight's bytes transposed, for aligned multiples of 16 (16-byte moves)
+// and odd shapes (bytes), partial tiles included; equal to CastFp8's own transpose.
+TEST_F(CudaFp8Test, TransposeFp8IsTheCastsTranspose) {
+  const int shapes[][2] = {{768, 768}, {2304, 768}, {3072, 768}, {192, 80}, {40, 24}, {7, 13}};
+  for (const auto& shape : shapes) {
+    const int rows = shape[0], cols = shape[1];
+    SCOPED_TRACE(absl::StrCat(rows, "x", cols));
+    const size_t n = size_t(rows) * cols;
+    void* x = UploadBF16(Inputs(n, 0.05f, /*specials=*/true));
+    uint8_t* q = Upload(std::vector<uint8_t>(n, 0x55));
+    uint8_t* q_t = Upload(std::vector<uint8_t>(n, 0x55));
+    uint8_t* got = Upload(std::vector<uint8_t>(n, 0xAA));
+    float* d_scale = Upload(std::vector<float>{64.0f});
+    float* d_amax = Upload(std::vector<float>{0.0f});
+    uint64_t* d_counts = Upload(std::vector<uint64_t>{0, 0, 0});
+    gpu_->CastFp8(q, q_t, x, rows, cols, Fp8Format::kE4M3, d_scale, d_amax, d_counts);
+    gpu_->TransposeFp8(got, q, rows, cols);
+    const std::vector<uint8_t> want = Download(q_t, n), t = Download(got, n), rm = Download(q, n);
+    EXPECT_EQ(t, want);
+    int wrong = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) wrong += t[size_t(c) * rows + r] != rm[size_t(r) * cols + c];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 // CastFp8Batch (a step's weights in a few launches): every job's bytes (row-major and
 // transposed), amax and counters exactly as CastFp8 gives them one by one. 30 jobs: more than
 // one launch's worth; shapes from the seed/GPT-2/hidden-2048 Linears, a few tiny and odd ones

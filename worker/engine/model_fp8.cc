@@ -8,7 +8,9 @@
 //             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
 //             no BF16 GELU output is written or read);
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
-//             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> cast into one shared buffer;
+//             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> kept (written with the
+//             weight: fp8_keep_weight_transposes) or the FP8 weight transposed into one shared
+//             buffer (Backend::TransposeFp8);
 //             dinp = FP8 GEMM(dout, weightᵀ); the input's transpose recomputed into the shared
 //             scratch: fc2's from fc1's kept pre-activation (Backend::GeluCastFp8, before the
 //             gradient cast, whose output may share the GELU buffer), then the others after
@@ -219,11 +221,11 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   s.AddElements(g, static_cast<int64_t>(N) * OC);
   if (dinp != nullptr) {
     // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous:
-    // kept, or cast now (the forward's weight cast recorded its statistics).
+    // kept, or the step's FP8 weight transposed now (the bytes a cast of the transpose with
+    // the same scale gives, one byte read per weight instead of two).
     const uint8_t* w_t = b.weight_t;
     if (w_t == nullptr) {
-      be.CastFp8(nullptr, fp8_weight_t_, weight, OC, C, w_fmt, s.scale(w), discard_amax,
-                 discard_counts);
+      be.TransposeFp8(fp8_weight_t_, b.weight, OC, C);
       w_t = fp8_weight_t_;
     }
     be.MatmulFp8(dinp, fp8_dout_, g_fmt, s.scale_inv(g), w_t, w_fmt, s.scale_inv(w), nullptr, N, C,

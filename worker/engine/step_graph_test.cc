@@ -182,6 +182,9 @@ class RecordingBackend final : public kernels::Backend {
                uint64_t* counts) override {
     Op([=] { be_->CastFp8(out, out_t, inp, rows, cols, format, scale, amax, counts); });
   }
+  void TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols) override {
+    Op([=] { be_->TransposeFp8(out, in, rows, cols); });
+  }
   void LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, void* scratch, const void* inp,
                              const float* mean, const float* rstd, const void* weight,
                              const void* bias, int N, int C, kernels::Fp8Format format,
