@@ -124,9 +124,17 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
       const int64_t kept = e.fp8_bytes - shared_t + L * linears;
       const int64_t others =
           e.params_bytes + e.grads_bytes + e.optimizer_bytes + e.activations_bytes;
-      if (others + kept <= bf16->total_bytes - kCudaRuntimeReserveBytes) {
+      const int64_t budget = bf16->total_bytes - kCudaRuntimeReserveBytes;
+      if (others + kept <= budget) {
         e.fp8_bytes = kept;
         e.fp8_keeps_weight_transposes = true;
+        // Then qkv's and fc1's input transposes [C, N] per layer (one byte each), where their
+        // LayerNorm writes them (no activation checkpointing).
+        const int64_t ln_t = L * 2 * C * N;
+        if (recompute != "full" && recompute != "mlp" && others + kept + ln_t <= budget) {
+          e.fp8_bytes += ln_t;
+          e.fp8_keeps_ln_input_transposes = true;
+        }
       }
     }
   }

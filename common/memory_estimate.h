@@ -13,8 +13,10 @@
 // recomputes the FP8 input transposes); the FP8 cast scratch lives in two arena buffers
 // (GELU's output, dqkv), carved large enough for it. FP8 on cuda keeps every Linear's FP8
 // weight transpose per layer instead of the shared one when the job's estimate still stays at
-// or below the same job's in bf16 (fp8_keeps_weight_transposes): FP8 never takes more memory
-// than BF16 for it. On cuda it adds
+// or below the same job's in bf16 (fp8_keeps_weight_transposes), and then, without activation
+// checkpointing, qkv's and fc1's FP8 input transposes where that still holds
+// (fp8_keeps_ln_input_transposes): FP8 never takes more memory than BF16 for them. On cuda it
+// adds
 // kCudaRuntimeReserveBytes for the CUDA context and cuBLASLt workspace, which the trainer does
 // not allocate through the model.
 //
@@ -45,6 +47,10 @@ struct MemoryEstimate {
   // precision fp8 on cuda: each Linear's FP8 weight transpose is kept per layer (cast with the
   // weights once per step) rather than cast again by every backward into one shared buffer.
   bool fp8_keeps_weight_transposes = false;
+  // precision fp8 on cuda without activation checkpointing, where FP8 still fits in BF16's
+  // memory after the weight transposes: qkv's and fc1's FP8 input transposes are kept per layer
+  // (written by their LayerNorm in the forward) rather than recomputed in the backward.
+  bool fp8_keeps_ln_input_transposes = false;
   int64_t runtime_bytes = 0;  // kCudaRuntimeReserveBytes on cuda, 0 on cpu
   int64_t total_bytes = 0;    // the sum of the above
 };

@@ -123,10 +123,12 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   // 3 uint64 counters each; every region 256-byte aligned).
   const int64_t C = 768, F = 3072, L = 4;
   const int64_t layers = L * (4 * C * C + 2 * C * F);
-  const int64_t discard = 32;  // the recompute's discard slot
+  const int64_t discard = 32;      // the recompute's discard slot
   const int64_t shared_t = C * F;  // F > 3C
   const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
   EXPECT_TRUE(fp8->fp8_keeps_weight_transposes);
+  // Not the LayerNorms' input transposes: 4 x 2 x [768 x 8192] would take FP8 past BF16.
+  EXPECT_FALSE(fp8->fp8_keeps_ln_input_transposes);
   EXPECT_EQ(fp8->fp8_bytes, 2 * layers + discard + state);
   EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes - shared_ln);
   EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
@@ -143,17 +145,40 @@ TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
 // benchmark's hidden-2048 job (8 x 1024 rows, 8 layers of 2048 / 8192) has 48 MiB between the
 // two, less than its 403 MB of transposes.
 TEST(MemoryEstimateTest, Fp8KeepsWeightTransposesOnlyWithinBf16Memory) {
-  absl::StatusOr<v1::JobSpec> spec =
-      Load("precision: fp8\nmodel: {hidden: 2048, heads: 16, layers: 8, ffn: 8192, context: "
-           "1024}\ntraining: {batch_size: 8, seq_len: 1024}");
+  absl::StatusOr<v1::JobSpec> spec = Load(
+      "precision: fp8\nmodel: {hidden: 2048, heads: 16, layers: 8, ffn: 8192, context: "
+      "1024}\ntraining: {batch_size: 8, seq_len: 1024}");
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
   absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
   ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
   EXPECT_FALSE(fp8->fp8_keeps_weight_transposes);
+  EXPECT_FALSE(fp8->fp8_keeps_ln_input_transposes);
   EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
   const int64_t C = 2048, F = 8192, L = 8;
   EXPECT_GT(fp8->total_bytes + L * (4 * C * C + 2 * C * F) - C * F, bf16->total_bytes);
+}
+
+// GPT-2 (16 x 1024 rows, 12 layers of 768 / 3072, untied head) has room for both: 81 MiB of
+// weight transposes, then 288 MiB of qkv's and fc1's input transposes, and FP8 still takes no
+// more than BF16; with activation checkpointing the input transposes are never kept.
+TEST(MemoryEstimateTest, Fp8KeepsBothTransposesOnGpt2) {
+  const std::string gpt2 =
+      "precision: fp8\nmodel: {preset: gpt2, tie_embeddings: false}\n"
+      "training: {batch_size: 16, seq_len: 1024";
+  absl::StatusOr<v1::JobSpec> spec = Load(gpt2 + "}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
+  absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
+  ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
+  EXPECT_TRUE(fp8->fp8_keeps_weight_transposes);
+  EXPECT_TRUE(fp8->fp8_keeps_ln_input_transposes);
+  EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
+  absl::StatusOr<v1::JobSpec> mlp = Load(gpt2 + ", activation_checkpointing: mlp}");
+  ASSERT_TRUE(mlp.ok()) << mlp.status();
+  absl::StatusOr<MemoryEstimate> fp8_mlp = EstimateTrainingMemory(*mlp, "fp8", "cuda");
+  ASSERT_TRUE(fp8_mlp.ok());
+  EXPECT_FALSE(fp8_mlp->fp8_keeps_ln_input_transposes);
 }
 
 TEST(MemoryEstimateTest, RejectsUnknownPrecisionAndBackend) {

@@ -185,17 +185,19 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
   if (!Fp8GpuOrNull(&why)) GTEST_SKIP() << why;
   ArithmeticData data(96, 6, 17);
   // [0] recomputed, [1] every transpose kept, [2] the weight transposes kept (written with the
-  // weights by CastFp8Weights: fp8_keep_weight_transposes).
-  std::vector<float> grads[3];
-  size_t fp8_bytes[3] = {0, 0, 0};
+  // weights by CastFp8Weights: fp8_keep_weight_transposes), [3] those and qkv's and fc1's input
+  // transposes (written by their LayerNorm: fp8_keep_ln_input_transposes).
+  std::vector<float> grads[4];
+  size_t fp8_bytes[4] = {0, 0, 0, 0};
   std::vector<TensorInfo> tensors;
   const ModelOptions base = SmallOptions();
-  for (int keep = 0; keep < 3; ++keep) {
+  for (int keep = 0; keep < 4; ++keep) {
     std::unique_ptr<kernels::Backend> gpu = Fp8GpuOrNull(&why);
     gpu->SetDeterministic(true);
     ModelOptions o = base;
     o.fp8_keep_transposes = keep == 1;
-    o.fp8_keep_weight_transposes = keep == 2;
+    o.fp8_keep_weight_transposes = keep >= 2;
+    o.fp8_keep_ln_input_transposes = keep == 3;
     auto m = Model::Create(gpu.get(), o);
     ASSERT_TRUE(m.ok()) << m.status();
     // A first micro-batch sets the scales (no optimizer step: the weights stay the same).
@@ -221,6 +223,7 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
       ASSERT_TRUE(std::isfinite(b)) << i - t.offset;
       differing += std::memcmp(&grads[0][i], &grads[1][i], sizeof(float)) != 0;
       differing += std::memcmp(&grads[0][i], &grads[2][i], sizeof(float)) != 0;
+      differing += std::memcmp(&grads[0][i], &grads[3][i], sizeof(float)) != 0;
       num += (a - b) * (a - b);
       den += a * a;
     }
@@ -232,6 +235,7 @@ TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
   EXPECT_EQ(fp8_bytes[1] - fp8_bytes[0],
             L * (N * (3 * C + F) + 4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
   EXPECT_EQ(fp8_bytes[2] - fp8_bytes[0], L * (4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
+  EXPECT_EQ(fp8_bytes[3] - fp8_bytes[2], L * 2 * C * N);
 }
 
 // The seed job itself (batch 32 x 256, 200 steps, a report every 10 steps): at the GPU tests'

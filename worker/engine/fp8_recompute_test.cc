@@ -119,19 +119,22 @@ TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) 
 TEST(Fp8RecomputeTest, KeepingTheWeightTransposesTrainsTheSame) {
   std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
   for (int accum : {1, 3}) {
-    SCOPED_TRACE(absl::StrCat("grad_accum ", accum));
-    ModelOptions keep_w = Options(Recompute::kNone, /*keep=*/false, accum);
-    keep_w.fp8_keep_weight_transposes = true;
-    const TrainResult kept = Train(cpu.get(), keep_w, 3);
-    const TrainResult cast = Train(cpu.get(), Options(Recompute::kNone, false, accum), 3);
-    ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
-    EXPECT_EQ(cast.losses, kept.losses);
-    EXPECT_EQ(cast.params, kept.params);
-    ASSERT_EQ(cast.stats.size(), kept.stats.size());
-    for (size_t i = 0; i < kept.stats.size(); ++i) {
-      EXPECT_EQ(cast.stats[i].amax, kept.stats[i].amax) << i;
-      EXPECT_EQ(cast.stats[i].scale, kept.stats[i].scale) << i;
-      EXPECT_EQ(cast.stats[i].elements, kept.stats[i].elements) << i;
+    for (bool ln : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("grad_accum ", accum, ln ? ", LayerNorm inputs' too" : ""));
+      ModelOptions keep_w = Options(Recompute::kNone, /*keep=*/false, accum);
+      keep_w.fp8_keep_weight_transposes = true;
+      keep_w.fp8_keep_ln_input_transposes = ln;
+      const TrainResult kept = Train(cpu.get(), keep_w, 3);
+      const TrainResult cast = Train(cpu.get(), Options(Recompute::kNone, false, accum), 3);
+      ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
+      EXPECT_EQ(cast.losses, kept.losses);
+      EXPECT_EQ(cast.params, kept.params);
+      ASSERT_EQ(cast.stats.size(), kept.stats.size());
+      for (size_t i = 0; i < kept.stats.size(); ++i) {
+        EXPECT_EQ(cast.stats[i].amax, kept.stats[i].amax) << i;
+        EXPECT_EQ(cast.stats[i].scale, kept.stats[i].scale) << i;
+        EXPECT_EQ(cast.stats[i].elements, kept.stats[i].elements) << i;
+      }
     }
   }
   ModelOptions keep_w = Options(Recompute::kNone, false, 1);
@@ -140,9 +143,22 @@ TEST(Fp8RecomputeTest, KeepingTheWeightTransposesTrainsTheSame) {
   absl::StatusOr<std::unique_ptr<Model>> b =
       Model::Create(cpu.get(), Options(Recompute::kNone, false, 1));
   ASSERT_TRUE(a.ok() && b.ok());
-  const size_t C = 64, F = 256, L = 2;
+  const size_t C = 64, F = 256, L = 2, N = 4 * 32;
   EXPECT_EQ((*a)->fp8_bytes() - (*b)->fp8_bytes(),
             L * (4 * C * C + 2 * C * F) - C * std::max(3 * C, F));
+  keep_w.fp8_keep_ln_input_transposes = true;
+  absl::StatusOr<std::unique_ptr<Model>> c = Model::Create(cpu.get(), keep_w);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->fp8_bytes() - (*a)->fp8_bytes(), L * 2 * C * N);
+  // With activation checkpointing the LayerNorm outputs are kept or recomputed instead: no
+  // input transpose is kept.
+  ModelOptions mlp = Options(Recompute::kMlp, false, 1);
+  mlp.fp8_keep_weight_transposes = true;
+  absl::StatusOr<std::unique_ptr<Model>> d = Model::Create(cpu.get(), mlp);
+  mlp.fp8_keep_ln_input_transposes = true;
+  absl::StatusOr<std::unique_ptr<Model>> e = Model::Create(cpu.get(), mlp);
+  ASSERT_TRUE(d.ok() && e.ok());
+  EXPECT_EQ((*e)->fp8_bytes(), (*d)->fp8_bytes());
 }
 
 TEST(Fp8RecomputeTest, AllocatesTheKeptTransposesLess) {

@@ -87,6 +87,11 @@ struct ModelOptions {
   // shared buffer. The trainer sets it where common::EstimateTrainingMemory says FP8 then
   // still takes no more memory than BF16 (fp8_keeps_weight_transposes); the bytes are the same.
   bool fp8_keep_weight_transposes = false;
+  // FP8 only, without recompute: keep qkv's and fc1's FP8 input transposes per layer (their
+  // LayerNorm writes them in the forward) instead of recomputing them in the backward
+  // (LayerNormFp8FromStats). Set like fp8_keep_weight_transposes
+  // (fp8_keeps_ln_input_transposes); the bytes are the same.
+  bool fp8_keep_ln_input_transposes = false;
 };
 
 class Model {

@@ -32,7 +32,9 @@
 // arena, and one weight transpose (of the largest Linear) is shared.
 // ModelOptions::fp8_keep_transposes keeps every input and weight transpose per layer instead
 // (the layout before the recomputation, for tests); fp8_keep_weight_transposes the weight
-// transposes only (written by CastFp8Weights with the weights), where memory allows.
+// transposes only (written by CastFp8Weights with the weights) and
+// fp8_keep_ln_input_transposes qkv's and fc1's input transposes (written by their LayerNorm),
+// where memory allows.
 #include <algorithm>
 #include <utility>
 
@@ -52,6 +54,8 @@ absl::Status Model::AllocateFp8() {
   const size_t C = c.hidden, F = c.ffn;
   const bool keep = options_.fp8_keep_transposes;
   const bool keep_w = keep || options_.fp8_keep_weight_transposes;
+  const bool keep_ln =
+      options_.fp8_keep_ln_input_transposes && options_.recompute == Recompute::kNone;
   auto alloc = [this](size_t bytes, uint8_t** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
     if (!p.ok()) return p.status();
@@ -70,7 +74,9 @@ absl::Status Model::AllocateFp8() {
     for (int t = 0; t < Fp8State::kLinears && s.ok(); ++t) {
       Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
       const size_t K = dims[t][0], OC = dims[t][1];
-      if (keep) s = alloc(K * N, &b.input_t);
+      const bool ln_input =
+          t == static_cast<int>(Fp8Linear::kQkv) || t == static_cast<int>(Fp8Linear::kFc1);
+      if (keep || (keep_ln && ln_input)) s = alloc(K * N, &b.input_t);
       if (s.ok()) s = alloc(OC * K, &b.weight);
       if (s.ok() && keep_w) s = alloc(K * OC, &b.weight_t);
     }

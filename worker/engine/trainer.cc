@@ -276,10 +276,13 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     // estimate the coordinator placed the job by).
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cuda");
     mo.fp8_keep_weight_transposes = e.ok() && e->fp8_keeps_weight_transposes;
-    Info(o, mo.fp8_keep_weight_transposes
-                ? "fp8: weight transposes kept per layer (FP8 still within BF16's memory)"
-                : "fp8: weight transposes cast in each backward (kept, FP8 would exceed BF16's "
-                  "memory)");
+    mo.fp8_keep_ln_input_transposes = e.ok() && e->fp8_keeps_ln_input_transposes;
+    Info(o, absl::StrCat("fp8: weight transposes ",
+                         mo.fp8_keep_weight_transposes ? "kept per layer" : "made in each backward",
+                         ", qkv/fc1 input transposes ",
+                         mo.fp8_keep_ln_input_transposes ? "kept per layer"
+                                                         : "recomputed in the backward",
+                         " (kept where FP8 stays within BF16's memory)"));
   }
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
