@@ -707,8 +707,7 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
                           : LaunchLayerNormBackwardFused<3>(dinp, partial, dout, inp, weight, mean,
                                                             rstd, N, rows_per, chunks, s);
     if (err != cudaSuccess) return err;
-    if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
-    return ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s);
+    return ColumnFinishPair(dweight, dbias, partial, chunks, C, s);
   }
   if (C % 8 == 0 && Aligned(dout, 16) && Aligned(inp, 16)) {
     LayerNormParamPartialVec8Kernel<<<dim3(CeilDiv(C, 256), chunks), dim3(32, kColLanes), 0, s>>>(
@@ -719,9 +718,7 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if ((err = ColumnFinish(dweight, partial, chunks, C, s)) != cudaSuccess) return err;
-  if ((err = ColumnFinish(dbias, partial + size_t(chunks) * C, chunks, C, s)) != cudaSuccess)
-    return err;
+  if ((err = ColumnFinishPair(dweight, dbias, partial, chunks, C, s)) != cudaSuccess) return err;
   LayerNormBackwardInputKernel<<<CeilDiv(N, 8), 256, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N,
                                                              C);
   return cudaGetLastError();

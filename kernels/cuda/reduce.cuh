@@ -36,6 +36,10 @@ __device__ __forceinline__ void StoreColumnLaneSums(float (&lanes)[kColLanes][32
 int ColumnChunks(int N);
 // out[c] += Σ_k partial[k, c] for k in [0, chunks), in k order.
 cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cudaStream_t s);
+// ColumnFinish(out_a, partial) and ColumnFinish(out_b, partial + chunks·C) in one launch (the
+// LayerNorm backward's weight and bias gradients); the same sums.
+cudaError_t ColumnFinishPair(bf16* out_a, bf16* out_b, const float* partial, int chunks, int C,
+                             cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 
