@@ -257,7 +257,8 @@ __global__ void __launch_bounds__(256)
         w[q] = uint32_t(tile[k + 4 * q][i]) | uint32_t(tile[k + 4 * q + 1][i]) << 8 |
                uint32_t(tile[k + 4 * q + 2][i]) << 16 | uint32_t(tile[k + 4 * q + 3][i]) << 24;
       }
-      *reinterpret_cast<uint4*>(out + size_t(oc) * rows + orow) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(out + size_t(oc) * rows + orow) =
+          make_uint4(w[0], w[1], w[2], w[3]);
     }
   } else {
     for (int j = 0; j < 16; ++j) {

@@ -1,6 +1,7 @@
 // The FP8 cast's encoding and statistics (Backend::CastFp8), shared by every kernel that
-// writes FP8: fp8.cu's cast-transposes, fp8_gelu.cu's GELU + cast and layernorm.cu's fused
-// LayerNorm + cast. CastOne does one value, Cast8 eight packed BF16 values (bit-identical).
+// writes FP8: fp8.cu's cast-transposes, fp8_gelu.cu's GELU + cast and layernorm_fp8.cu's
+// fused LayerNorm + cast. CastOne does one value, Cast8 eight packed BF16 values
+// (bit-identical).
 //
 // Each element is scaled in FP32 and converted with cvt.rn.satfinite (round to nearest even,
 // finite overflow and ±inf clamp to ±max, NaN stays NaN) — the encoding kernels/cpu/fp8.cc
@@ -8,10 +9,10 @@
 // NaN beats inf), reduced per warp, per block, then one atomicMax per block; the counters
 // likewise (one 64-bit atomicAdd per block and counter).
 //
-// Independent of the compile flags: fp8.cu is built without --use_fast_math, layernorm.cu
-// with it (-ftz=true, which flushes subnormal operands of float multiplies and comparisons).
-// The scale multiply is an explicit non-flushing mul.rn.f32 and the zero and non-finite tests
-// bit tests, so the bytes and counts are the same in both.
+// Independent of the compile flags: fp8.cu is built without --use_fast_math,
+// layernorm_fp8.cu with it (-ftz=true, which flushes subnormal operands of float multiplies
+// and comparisons). The scale multiply is an explicit non-flushing mul.rn.f32 and the zero
+// and non-finite tests bit tests, so the bytes and counts are the same in both.
 #ifndef BOULDER_KERNELS_CUDA_FP8_CAST_CUH_
 #define BOULDER_KERNELS_CUDA_FP8_CAST_CUH_
 

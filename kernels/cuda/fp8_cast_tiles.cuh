@@ -80,9 +80,10 @@ __device__ __forceinline__ uint4 ApplyCastOp(const Op& op, uint4 x, uint4 p,
 }
 
 // Blocks per SM the register allocation must allow: 5 (at most 51 registers) for the plain
-// and GELU casts, 4 (64) with a second input, a row/column Op or column sums. Without the bound ptxas gives
-// some sm_90 variants 72-80 registers (3 blocks per SM: fewer loads in flight). On sm_80 (FP8
-// only on sm_89 GPUs, converting in software) the column sums keep 3: 64 registers spill.
+// and GELU casts, 4 (64) with a second input, a row/column Op or column sums. Without the
+// bound ptxas gives some sm_90 variants 72-80 registers (3 blocks per SM: fewer loads in
+// flight). On sm_80 (FP8 only on sm_89 GPUs, converting in software) the column sums keep 3:
+// 64 registers spill.
 constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if (sums) return 3;

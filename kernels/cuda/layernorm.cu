@@ -275,7 +275,8 @@ cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, flo
   auto kernel = held == 3   ? LayerNormForwardKernel<true, 3>
                 : held == 8 ? LayerNormForwardKernel<true, 8>
                             : LayerNormForwardKernel<true, 0>;
-  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a, b);
+  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a,
+                                       b);
   return cudaGetLastError();
 }
 

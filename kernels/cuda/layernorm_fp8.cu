@@ -176,9 +176,12 @@ struct LayerNormFromStatsOp {
     Bf16x8 w, b;
   };
   __device__ __forceinline__ Row LoadRow(int row) const { return {mean[row], rstd[row]}; }
-  __device__ __forceinline__ Cols LoadCols(int col) const { return {Load8(w + col), Load8(b + col)}; }
+  __device__ __forceinline__ Cols LoadCols(int col) const {
+    return {Load8(w + col), Load8(b + col)};
+  }
   __device__ __forceinline__ uint4 Apply(uint4 x, const Row& r, const Cols& c) const {
-    const Bf16x8 y = LayerNormChunkOf(*reinterpret_cast<const Bf16x8*>(&x), c.w, c.b, r.mean, r.rstd);
+    const Bf16x8 y =
+        LayerNormChunkOf(*reinterpret_cast<const Bf16x8*>(&x), c.w, c.b, r.mean, r.rstd);
     return *reinterpret_cast<const uint4*>(&y);
   }
 };
@@ -271,10 +274,9 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   // With a residual the kernel forms the rows as a + b (ra, rb); else it reads a (inp).
   const bool res = residual != nullptr;
   auto kernel = res ? Fp8Kernel<true, false>(warps) : Fp8Kernel<false, false>(warps);
-  kernel<<<blocks, 32 * warps, smem, s>>>(fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr,
-                                          res ? nullptr : a, weight, bias, N, C, residual,
-                                          res ? a : nullptr, res ? b : nullptr, e4m3, scale, amax,
-                                          counts);
+  kernel<<<blocks, 32 * warps, smem, s>>>(
+      fp8_out, fp8_out_t, mean, rstd, nullptr, nullptr, res ? nullptr : a, weight, bias, N, C,
+      residual, res ? a : nullptr, res ? b : nullptr, e4m3, scale, amax, counts);
   return cudaGetLastError();
 }
 

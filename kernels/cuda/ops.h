@@ -63,7 +63,7 @@ cudaError_t Accumulate(bf16* dst, const bf16* src, size_t n, cudaStream_t s);
 cudaError_t EncoderBackward(bf16* dwte, bf16* dwpe, const bf16* dout, const int32_t* tokens, int B,
                             int T, int C, Scratch& scratch, cudaStream_t s);
 
-// ---- layernorm.cu ----
+// ---- layernorm.cu, layernorm_fp8.cu (FP8) ----
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s);
 // residual = a + b (BF16, as ResidualForward; may alias a or b), then out = LayerNorm(residual)
