@@ -53,18 +53,8 @@ __global__ void LayerNormForwardKernel(bf16* out, float* mean_out, float* rstd_o
   if (row >= N) return;
   float mean, rstd;
   bf16* o = out + size_t(row) * C;
-  if constexpr (kCols > 0) {
-    Bf16x8 v[kCols];
-    LayerNormRowHeld<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, v, mean, rstd);
-#pragma unroll
-    for (int i = 0; i < kCols; ++i) {
-      const int c = lane * 8 + 256 * i;
-      Store8(o + c, LayerNormChunkOf(v[i], w, b, c, mean, rstd));
-    }
-  } else {
-    const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
-    for (int c = lane * 8; c < C; c += 256) Store8(o + c, LayerNormChunk(x, w, b, c, mean, rstd));
-  }
+  LayerNormRow<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, w, b, mean, rstd,
+                                 [&](int c, const Bf16x8& y) { Store8(o + c, y); });
   if (lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
@@ -255,28 +245,29 @@ cudaError_t LaunchLayerNormBackwardFused(bf16* dinp, float* partial, const bf16*
   return cudaGetLastError();
 }
 
+// The LayerNormForwardKernel instance for C (LayerNormHeldCols: rows held for 768 and 2048).
+template <bool kResidual>
+auto ForwardKernelFor(int C) {
+  const int held = LayerNormHeldCols(C);
+  return held == 3   ? LayerNormForwardKernel<kResidual, 3>
+         : held == 8 ? LayerNormForwardKernel<kResidual, 8>
+                     : LayerNormForwardKernel<kResidual, 0>;
+}
+
 }  // namespace
 
 cudaError_t LayerNormForward(bf16* out, float* mean, float* rstd, const bf16* inp,
                              const bf16* weight, const bf16* bias, int N, int C, cudaStream_t s) {
-  const int held = LayerNormHeldCols(C);
-  auto kernel = held == 3   ? LayerNormForwardKernel<false, 3>
-                : held == 8 ? LayerNormForwardKernel<false, 8>
-                            : LayerNormForwardKernel<false, 0>;
-  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,
-                                       nullptr);
+  ForwardKernelFor<false>(C)<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, inp, weight, bias, N,
+                                                           C, nullptr, nullptr, nullptr);
   return cudaGetLastError();
 }
 
 cudaError_t ResidualLayerNormForward(bf16* residual, bf16* out, float* mean, float* rstd,
                                      const bf16* a, const bf16* b, const bf16* weight,
                                      const bf16* bias, int N, int C, cudaStream_t s) {
-  const int held = LayerNormHeldCols(C);
-  auto kernel = held == 3   ? LayerNormForwardKernel<true, 3>
-                : held == 8 ? LayerNormForwardKernel<true, 8>
-                            : LayerNormForwardKernel<true, 0>;
-  kernel<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias, N, C, residual, a,
-                                       b);
+  ForwardKernelFor<true>(C)<<<CeilDiv(N, 8), 256, 0, s>>>(out, mean, rstd, nullptr, weight, bias,
+                                                          N, C, residual, a, b);
   return cudaGetLastError();
 }
 

@@ -120,26 +120,12 @@ __global__ void __launch_bounds__(256)
     const float scale = *scale_p;
     float mean, rstd;
     uint8_t* q = q_out + size_t(row) * C;
-    if constexpr (kCols > 0) {
-      Bf16x8 v[kCols];
-      LayerNormRowHeld<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, v, mean, rstd);
-#pragma unroll
-      for (int i = 0; i < kCols; ++i) {
-        const int c = lane * 8 + 256 * i;
-        const Bf16x8 y = LayerNormChunkOf(v[i], w, b, c, mean, rstd);
-        float f[8];
-        *reinterpret_cast<uint2*>(q + c) =
-            Cast8<kE4M3>(*reinterpret_cast<const uint4*>(&y), scale, st, f);
-      }
-    } else {
-      const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
-      for (int c = lane * 8; c < C; c += 256) {
-        const Bf16x8 y = LayerNormChunk(x, w, b, c, mean, rstd);
-        float f[8];
-        *reinterpret_cast<uint2*>(q + c) =
-            Cast8<kE4M3>(*reinterpret_cast<const uint4*>(&y), scale, st, f);
-      }
-    }
+    LayerNormRow<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, w, b, mean, rstd,
+                                   [&](int c, const Bf16x8& y) {
+                                     float f[8];
+                                     *reinterpret_cast<uint2*>(q + c) = Cast8<kE4M3>(
+                                         *reinterpret_cast<const uint4*>(&y), scale, st, f);
+                                   });
     if (lane == 0) {
       mean_out[row] = mean;
       rstd_out[row] = rstd;

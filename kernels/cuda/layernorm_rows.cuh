@@ -139,6 +139,29 @@ __device__ __forceinline__ Bf16x8 LayerNormChunk(const bf16* x, const bf16* w, c
   return LayerNormChunkOf(Load8(x + c), w, b, c, mean, rstd);
 }
 
+// One warp's row of the forward: its statistics (LayerNormRowHeld for C = 256 * kCols, else
+// LayerNormRowStats) into mean and rstd, then emit(c, y) for each of the lane's 8-column chunks
+// c of y = LayerNormChunk(row), in column order. The one walk of LayerNormForwardKernel's and
+// LayerNormFp8RowsKernel's rows (they differ only in what emit does with y).
+template <bool kResidual, int kCols, class Emit>
+__device__ __forceinline__ void LayerNormRow(int row, int lane, int C, const bf16* inp,
+                                             bf16* residual, const bf16* ra, const bf16* rb,
+                                             const bf16* w, const bf16* b, float& mean,
+                                             float& rstd, Emit&& emit) {
+  if constexpr (kCols > 0) {
+    Bf16x8 v[kCols];
+    LayerNormRowHeld<kResidual, kCols>(row, lane, C, inp, residual, ra, rb, v, mean, rstd);
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = lane * 8 + 256 * i;
+      emit(c, LayerNormChunkOf(v[i], w, b, c, mean, rstd));
+    }
+  } else {
+    const bf16* x = LayerNormRowStats<kResidual>(row, lane, C, inp, residual, ra, rb, mean, rstd);
+    for (int c = lane * 8; c < C; c += 256) emit(c, LayerNormChunk(x, w, b, c, mean, rstd));
+  }
+}
+
 }  // namespace boulder::kernels::cuda
 
 #endif  // BOULDER_KERNELS_CUDA_LAYERNORM_ROWS_CUH_

@@ -41,6 +41,19 @@
 #include "worker/engine/model.h"
 
 namespace boulder::engine {
+namespace {
+
+// {K, OC} of FP8 Linear t of a layer: qkv {C, 3C}, attn_proj {C, C}, fc1 {C, F}, fc2 {F, C}.
+struct LinearDims {
+  size_t k, oc;
+};
+LinearDims DimsOf(const ModelConfig& c, int t) {
+  const size_t C = c.hidden, F = c.ffn;
+  const LinearDims dims[Fp8State::kLinears] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
+  return dims[t];
+}
+
+}  // namespace
 
 absl::Status Model::AllocateFp8() {
   const Fp8Options& f = options_.fp8;
@@ -69,11 +82,9 @@ absl::Status Model::AllocateFp8() {
   if (s.ok() && !keep_w) s = alloc(C * std::max(3 * C, F), &fp8_weight_t_);
   fp8_linears_.resize(static_cast<size_t>(c.layers) * Fp8State::kLinears);
   for (int l = 0; l < c.layers && s.ok(); ++l) {
-    // {K, OC} of qkv, attn_proj, fc1, fc2.
-    const size_t dims[Fp8State::kLinears][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
     for (int t = 0; t < Fp8State::kLinears && s.ok(); ++t) {
       Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
-      const size_t K = dims[t][0], OC = dims[t][1];
+      const size_t K = DimsOf(c, t).k, OC = DimsOf(c, t).oc;
       const bool ln_input =
           t == static_cast<int>(Fp8Linear::kQkv) || t == static_cast<int>(Fp8Linear::kFc1);
       if (keep || (keep_ln && ln_input)) s = alloc(K * N, &b.input_t);
@@ -125,7 +136,7 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   fp8_input_cast_by_ln_ = -1;
   // The weights do not change between a forward and its backward: a recompute finds them
   // cast already. The step's first FP8 Linear casts every layer's (one batch of small casts).
-  // (b.weight_t is null unless fp8_keep_transposes: the backward casts it.)
+  // (b.weight_t, where kept, is written with b.weight; else the backward transposes b.weight.)
   if (b.weight_version != fp8_weight_version_) CastFp8Weights();
   // fc1 (kGelu) writes its pre-activation only: fc2's input cast computes the GELU from it
   // (gelu_pre above), and so does the backward's recomputed transpose, so the forward and the
@@ -138,9 +149,6 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
 void Model::CastFp8Weights() {
   Fp8State& s = *fp8_;
   const ModelConfig& c = options_.config;
-  const int C = c.hidden, F = c.ffn;
-  // {K, OC} of qkv, attn_proj, fc1, fc2, as AllocateFp8.
-  const int dims[Fp8State::kLinears][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
   const TensorKind kinds[Fp8State::kLinears] = {TensorKind::kQkvWeight,
                                                 TensorKind::kAttnProjWeight,
                                                 TensorKind::kFc1Weight, TensorKind::kFc2Weight};
@@ -150,7 +158,7 @@ void Model::CastFp8Weights() {
     for (int t = 0; t < Fp8State::kLinears; ++t) {
       Fp8LinearBuffers& b = fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + t];
       const int w = s.Index(l, static_cast<Fp8Linear>(t), Fp8Role::kWeight);
-      const int K = dims[t][0], OC = dims[t][1];
+      const int K = static_cast<int>(DimsOf(c, t).k), OC = static_cast<int>(DimsOf(c, t).oc);
       kernels::Fp8CastJob job;
       job.out = b.weight;
       job.out_t = b.weight_t;

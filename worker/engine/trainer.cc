@@ -272,8 +272,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.fp8 = Fp8OptionsFromSpec(spec);
   const bool fp8 = mo.fp8.enabled;
   if (fp8 && (*backend)->name() == "cuda") {
-    // The weight transposes kept per layer where FP8 then needs no more memory than BF16 (the
-    // estimate the coordinator placed the job by).
+    // FP8 keeps its weight and LayerNorm-input transposes per layer where it then still needs
+    // no more memory than BF16 (the estimate the coordinator placed the job by).
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cuda");
     mo.fp8_keep_weight_transposes = e.ok() && e->fp8_keeps_weight_transposes;
     mo.fp8_keep_ln_input_transposes = e.ok() && e->fp8_keeps_ln_input_transposes;
