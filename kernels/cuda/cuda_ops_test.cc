@@ -166,9 +166,17 @@ void CudaOpsTest::EncoderCase(int B, int T, int C, int distinct) {
   ExpectClose(wpe, 1e-2, "dwpe");
 }
 
-// C 256 and 768: the one-pass backward; 2048 and 200: the two-kernel backward.
+// C 1024, 2048 and 4096: the one-pass block backward; 256 and 768: the warp-per-row one-pass
+// backward; 200: the two-kernel backward, also the reference kernels' path
+// (SetLayerNormReferenceKernels) for 1024 and 2048. N = 300 and 33 end in chunks shorter than a
+// block's 32 rows and than a pass's 4 rows.
 TEST_F(CudaOpsTest, LayerNorm) {
   for (const int C : {768, 256, 2048, 1024, 200}) LayerNormCase(300, C);
+  LayerNormCase(33, 4096);
+  LayerNormCase(301, 2048);
+  SetLayerNormReferenceKernels(true);
+  for (const int C : {2048, 1024}) LayerNormCase(300, C);
+  SetLayerNormReferenceKernels(false);
 }
 
 void CudaOpsTest::LayerNormCase(int N, int C) {

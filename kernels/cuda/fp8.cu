@@ -299,7 +299,7 @@ cudaError_t CastGrad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16*
   cudaError_t err = LaunchCastTiles<kE4M3, Op, kSums>(out, out_t, dout, pre, partial, rows, cols, g,
                                                       scale, amax, counts, s);
   if (err != cudaSuccess || !kSums) return err;
-  return ColumnFinish(dbias, partial, g.chunks, cols, s);  // dbias += Σ chunks, in chunk order
+  return ColumnFinish(dbias, partial, g.chunks, cols, s);  // dbias += Σ chunks, in a fixed order
 }
 
 template <bool kE4M3>

@@ -18,6 +18,8 @@
 //                  transpose from the kept input and statistics, against LayerNormFromStats +
 //                  CastFp8; its fused time x 2 x layers is what the recomputation adds to a
 //                  step (printed as "recompute adds");
+//   ln bwd         LayerNormBackward per call, against the kernels before the one-pass block
+//                  kernel for C >= 1024 (SetLayerNormReferenceKernels);
 //   ln+fp8 q       the forward as training runs it (FP8 rows only: a row kernel), and each
 //                  LayerNorm forward op against the kernels it ran before (the chunk loop,
 //                  the FP8 ops on the 32-row tile: kernels::cuda::SetLayerNormReferenceKernels).
@@ -196,10 +198,19 @@ int main(int argc, char** argv) {
       void *dy = b.Buf(N * C), *x = b.Buf(N * C), *dx = b.Buf(N * C), *lw = b.Buf(C),
            *dw = b.Buf(C), *db = b.Buf(C);
       float *mean = b.F32(N), *rstd = b.F32(N);
-      const double ms =
-          b.Time([&] { be->LayerNormBackward(dx, dw, db, dy, x, lw, mean, rstd, w.N, w.C); });
-      std::printf("  %-14s %8.3f ms/op (%4.0f GB/s)  x%d  %7.3f ms/step\n", "ln bwd", ms,
-                  N * C * 8.0 / (ms * 1e-3) / 1e9, 2 * w.layers + 1, ms * (2 * w.layers + 1));
+      // Against the kernels before the one-pass block kernel (SetLayerNormReferenceKernels):
+      // for C = 768 the same kernel (warp per row), else a column pass and a row pass.
+      auto op = [&] { be->LayerNormBackward(dx, dw, db, dy, x, lw, mean, rstd, w.N, w.C); };
+      const double ms = b.Time(op);
+      boulder::kernels::cuda::SetLayerNormReferenceKernels(true);
+      const double ref = b.Time(op);
+      boulder::kernels::cuda::SetLayerNormReferenceKernels(false);
+      const int calls = 2 * w.layers + 1;
+      auto gbs = [&](double t) { return N * C * 8.0 / (t * 1e-3) / 1e9; };
+      std::printf(
+          "  %-14s %8.3f ms/op (%4.0f GB/s), reference %6.3f (%4.0f GB/s)  x%d  %7.3f vs %7.3f "
+          "ms/step\n",
+          "ln bwd", ms, gbs(ms), ref, gbs(ref), calls, ms * calls, ref * calls);
     }
     {
       // The fused softmax + cross-entropy over the logits (in place), once per step.

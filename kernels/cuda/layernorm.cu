@@ -11,10 +11,14 @@
 // through the same LayerNormChunk give the same BF16 y, so the same FP8 bytes.
 // Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
 // stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
-// dout * xhat and dout over the rows (see reduce.cu). For C = 256, 512, 768 one kernel does
-// both in a single pass over the rows (LayerNormBackwardFusedKernel); otherwise a column-sum
-// kernel (16-byte loads where aligned) and a row kernel. (A row kernel holding C = 2048 in
-// registers between its two passes, 158 registers, measured no faster on the H200.)
+// dout * xhat and dout over the rows (see reduce.cu). For C = 1024, 2048 and 4096 one kernel
+// does both in a single pass with a row spread over a block (LayerNormBackwardBlockKernel); for
+// C = 256, 512 and 768 one kernel with a warp per row (LayerNormBackwardFusedKernel); otherwise
+// a column-sum kernel (16-byte loads where aligned) and a row kernel (also
+// SetLayerNormReferenceKernels' path for 1024, 2048 and 4096). (A warp-per-row kernel holding
+// C = 2048 in registers between its two passes, 158 registers, measured no faster on the H200;
+// the block kernel took hidden-2048's backward from 0.076 to 0.050 ms per call.)
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -235,6 +239,135 @@ __global__ void __launch_bounds__(32 * kLnBwdWarps, 2)
   }
 }
 
+// The backward for C = 8 · kThreads with the row spread over a block (thread t owns columns
+// 8t .. 8t + 7; 1024, 2048 and 4096 have instances): one block per chunk of kLnBlockRows
+// rows, kRows rows in flight per pass (each thread's x, dout and dinp loads of those rows at
+// once; x and dout read again from L1 after the sums). A row's two sums are added per thread
+// (its 8 columns in order), per warp (WarpSum), then over the warps in warp order: a fixed
+// order. Each thread adds its own columns' dout·xhat
+// and dout over the chunk's rows, in row order, into partial[chunk] and partial[chunks + chunk]
+// (no block reduction: one thread per column), for ColumnFinishPair: deterministic. One pass
+// over x, dout and dinp at every width (the warp-per-row kernels above read x and dout twice
+// for C > 768, or hold 8 columns per lane per 256 and run out of registers).
+constexpr int kLnBlockRows = 32;
+
+// 16 warps per SM at least (up to 128 registers): measured faster than 2 rows per pass with
+// 24 warps per SM (h2048: 0.050 against 0.056 ms per call).
+template <int kThreads, int kRows>
+__global__ void __launch_bounds__(kThreads, kThreads >= 512 ? 1 : 512 / kThreads)
+    LayerNormBackwardBlockKernel(bf16* dinp, float* partial, const bf16* dout, const bf16* inp,
+                                 const bf16* w, const float* mean_in, const float* rstd_in, int N,
+                                 int chunks) {
+  constexpr int C = 8 * kThreads, kWarps = kThreads / 32;
+  __shared__ float red[2][kWarps][2 * kRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = 8 * threadIdx.x;
+  const int r0 = blockIdx.x * kLnBlockRows, r1 = min(N, r0 + kLnBlockRows);
+  float wf[8], acc_w[8], acc_b[8];
+  {
+    const Bf16x8 wv = Load8(w + c);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      wf[k] = __bfloat162float(wv.v[k]);
+      acc_w[k] = acc_b[k] = 0.f;
+    }
+  }
+  int parity = 0;
+#pragma unroll 1
+  for (int row = r0; row < r1; row += kRows) {  // block-uniform bounds: the barrier is safe
+    // Every load of the pass at once; dinp stays packed until it is added to, after the
+    // barrier, and x and dout are read again there (from L1: the same thread just read them),
+    // so the registers across the barrier are dinp's and the sums only.
+    Bf16x8 gv[kRows];
+    float s[2 * kRows];
+    {
+      Bf16x8 xv[kRows], dv[kRows];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const size_t r = min(row + i, r1 - 1);  // past the chunk: its last row again, unused
+        xv[i] = Load8(inp + r * C + c);
+        dv[i] = Load8(dout + r * C + c);
+        gv[i] = Load8(dinp + r * C + c);
+      }
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const int r = min(row + i, r1 - 1);
+        const float mean = mean_in[r], rstd = rstd_in[r];
+        float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float dn = wf[k] * __bfloat162float(dv[i].v[k]);
+          const float xh = (__bfloat162float(xv[i].v[k]) - mean) * rstd;
+          s1 += dn;
+          s2 += dn * xh;
+        }
+        s[2 * i] = WarpSum(s1);
+        s[2 * i + 1] = WarpSum(s2);
+      }
+    }
+    // Two buffers: a warp writing the next pass's sums cannot overtake a slower warp still
+    // reading this pass's (it would have to pass the next barrier first).
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < 2 * kRows; ++j) red[parity][warp][j] = s[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 2 * kRows; ++j) {
+      float v = 0.f;
+#pragma unroll
+      for (int u = 0; u < kWarps; ++u) v += red[parity][u][j];
+      s[j] = v;
+    }
+    parity ^= 1;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = row + i;
+      if (r >= r1) break;
+      const Bf16x8 xv = Load8(inp + size_t(r) * C + c), dv = Load8(dout + size_t(r) * C + c);
+      const float mean = mean_in[r], rstd = rstd_in[r];
+      const float dn_mean = s[2 * i] / C, dn_xh_mean = s[2 * i + 1] / C;
+      Bf16x8 out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float d = __bfloat162float(dv.v[k]);
+        const float dn = wf[k] * d;
+        const float xh = (__bfloat162float(xv.v[k]) - mean) * rstd;
+        const float g = (dn - dn_mean - xh * dn_xh_mean) * rstd;
+        out.v[k] = __float2bfloat16(__bfloat162float(gv[i].v[k]) + g);
+        acc_w[k] += d * xh;
+        acc_b[k] += d;
+      }
+      Store8(dinp + size_t(r) * C + c, out);
+    }
+  }
+  float4* pw = reinterpret_cast<float4*>(partial + size_t(blockIdx.x) * C + c);
+  float4* pb = reinterpret_cast<float4*>(partial + size_t(chunks + blockIdx.x) * C + c);
+  pw[0] = make_float4(acc_w[0], acc_w[1], acc_w[2], acc_w[3]);
+  pw[1] = make_float4(acc_w[4], acc_w[5], acc_w[6], acc_w[7]);
+  pb[0] = make_float4(acc_b[0], acc_b[1], acc_b[2], acc_b[3]);
+  pb[1] = make_float4(acc_b[4], acc_b[5], acc_b[6], acc_b[7]);
+}
+
+// LayerNormBackwardBlockKernel's instance for C (null where it has none).
+using LnBwdBlockKernel = void (*)(bf16*, float*, const bf16*, const bf16*, const bf16*,
+                                  const float*, const float*, int, int);
+// LayerNormBackwardBlockKernel's instance for C (null where it has none, and for the
+// reference kernels). At C = 768 it measured slower than the warp-per-row kernel on the H200
+// (seed 0.027 against 0.022 ms per call, GPT-2 equal), so 768 keeps that one.
+LnBwdBlockKernel BackwardBlockKernelFor(int C) {
+  if (!LayerNormNewKernels()) return nullptr;
+  switch (C) {
+    case 1024:
+      return LayerNormBackwardBlockKernel<128, 4>;
+    case 2048:
+      return LayerNormBackwardBlockKernel<256, 4>;
+    case 4096:
+      return LayerNormBackwardBlockKernel<512, 4>;
+    default:
+      return nullptr;
+  }
+}
+
 template <int kCols>
 cudaError_t LaunchLayerNormBackwardFused(bf16* dinp, float* partial, const bf16* dout,
                                          const bf16* inp, const bf16* weight, const float* mean,
@@ -283,14 +416,22 @@ cudaError_t LayerNormFromStats(bf16* out, const bf16* inp, const float* mean, co
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
                               const float* rstd, int N, int C, Scratch& scratch, cudaStream_t s) {
+  const bool aligned = Aligned(dinp, 16) && Aligned(dout, 16) && Aligned(inp, 16) &&
+                       Aligned(weight, 16);
+  if (const LnBwdBlockKernel block = aligned ? BackwardBlockKernelFor(C) : nullptr) {
+    const int chunks = std::max(1, static_cast<int>(CeilDiv(N, kLnBlockRows)));
+    float* partial = static_cast<float*>(scratch.Get(sizeof(float) * 2 * size_t(chunks) * C));
+    if (!partial) return scratch.last_error();
+    block<<<chunks, C / 8, 0, s>>>(dinp, partial, dout, inp, weight, mean, rstd, N, chunks);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return ColumnFinishPair(dweight, dbias, partial, chunks, C, s);
+  }
   int chunks = ColumnChunks(N);
   int rows_per = (N + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * 2 * size_t(chunks) * C));
   if (!partial) return scratch.last_error();
-  const bool fused = C % 256 == 0 && C <= 768 && reinterpret_cast<uintptr_t>(dinp) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(inp) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+  const bool fused = C % 256 == 0 && C <= 768 && aligned;
   if (fused) {
     cudaError_t err = C == 256 ? LaunchLayerNormBackwardFused<1>(dinp, partial, dout, inp, weight,
                                                                  mean, rstd, N, rows_per, chunks, s)

@@ -97,7 +97,8 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
                                   uint8_t* fp8_out, uint8_t* fp8_out_t, bool e4m3,
                                   const float* scale, float* amax, unsigned long long* counts,
                                   cudaStream_t s);
-// The LayerNorm forwards hold a row in registers for C = 768 and 2048,
+// The LayerNorm forwards hold a row in registers for C = 768 and 2048, the backward for C =
+// 1024, 2048 and 4096 runs one pass with a row spread over a block,
 // ResidualLayerNormFp8Forward without fp8_out_t runs a row kernel (a warp per row, no shared
 // tile) and LayerNormFp8FromStats the cast-transpose tile kernel of CastFp8. On, they run the
 // kernels they ran before (chunk loops; the FP8 ops the 32-row-tile kernel the forward with a

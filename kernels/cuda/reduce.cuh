@@ -34,7 +34,7 @@ __device__ __forceinline__ void StoreColumnLaneSums(float (&lanes)[kColLanes][32
 
 // Number of row chunks for an N-row column reduction (a function of N only).
 int ColumnChunks(int N);
-// out[c] += Σ_k partial[k, c] for k in [0, chunks), in k order.
+// out[c] += Σ_k partial[k, c] for k in [0, chunks), in a fixed order (deterministic).
 cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cudaStream_t s);
 // ColumnFinish(out_a, partial) and ColumnFinish(out_b, partial + chunks·C) in one launch (the
 // LayerNorm backward's weight and bias gradients); the same sums.
