@@ -78,6 +78,15 @@ void Backend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, v
   if (dpre_bias != nullptr) BiasBackward(dpre_bias, dpre, N, C);
 }
 
+void Backend::GeluCastFp8AndGrad(uint8_t* in_t, Fp8Format in_format, const float* in_scale,
+                                 float* in_amax, uint64_t* in_counts, uint8_t* g_out,
+                                 uint8_t* g_out_t, void* dout, const void* pre, void* dbias,
+                                 int rows, int cols, Fp8Format g_format, const float* g_scale,
+                                 float* g_amax, uint64_t* g_counts, void* scratch) {
+  GeluCastFp8(nullptr, in_t, scratch, pre, rows, cols, in_format, in_scale, in_amax, in_counts);
+  CastFp8Grad(g_out, g_out_t, dout, pre, dbias, rows, cols, g_format, g_scale, g_amax, g_counts);
+}
+
 const char* Fp8FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" : "e5m2"; }
 
 float Fp8Max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kFp8E4M3Max : kFp8E5M2Max; }

@@ -296,6 +296,23 @@ class Backend {
                            int cols, Fp8Format format, const float* scale, float* amax,
                            uint64_t* counts);
 
+  // The FP8 MLP backward's two casts that read fc1's pre-activation pre[rows, cols], in one
+  // pass where the backend fuses them (the cuda backend, for aligned multiples of 8):
+  //   GeluCastFp8(nullptr, in_t, scratch, pre, rows, cols, in_format, in_scale, in_amax,
+  //               in_counts)                      — fc2's recomputed input transpose;
+  //   CastFp8Grad(g_out, g_out_t, dout, pre, dbias, rows, cols, g_format, g_scale, g_amax,
+  //               g_counts)                       — fc1's gradient cast (dGELU, bias gradient).
+  // CONTRACT: in_t, g_out, g_out_t, g_amax, g_counts and dbias exactly as those two calls in
+  // that order give them (the default runs them); in_amax and in_counts (the recomputation's
+  // statistics, which training discards) may be written or left untouched. scratch as
+  // GeluCastFp8's; it may overlap g_out and g_out_t (written after it is read), not in_t,
+  // dout or pre.
+  virtual void GeluCastFp8AndGrad(uint8_t* in_t, Fp8Format in_format, const float* in_scale,
+                                  float* in_amax, uint64_t* in_counts, uint8_t* g_out,
+                                  uint8_t* g_out_t, void* dout, const void* pre, void* dbias,
+                                  int rows, int cols, Fp8Format g_format, const float* g_scale,
+                                  float* g_amax, uint64_t* g_counts, void* scratch);
+
   // out = gelu_tanh(inp), n elements (the FP8 fc1's epilogue, where its GEMM does not fuse it).
   virtual void GeluForward(void* out, const void* inp, size_t n) = 0;
   // dout *= gelu_tanh'(pre), in place, n elements.

@@ -126,6 +126,15 @@ class CudaBackend final : public Backend {
                  int M, int N, int K, bool accumulate, bool fast_accum) override;
   void GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows, int cols,
                    Fp8Format format, const float* scale, float* amax, uint64_t* counts) override;
+  // One kernel where GeluCastFp8AndGradFusable (fp8_gelu_ops.h) and set_fused_gelu_grad (on
+  // by default), else the default's two calls.
+  void GeluCastFp8AndGrad(uint8_t* in_t, Fp8Format in_format, const float* in_scale,
+                          float* in_amax, uint64_t* in_counts, uint8_t* g_out, uint8_t* g_out_t,
+                          void* dout, const void* pre, void* dbias, int rows, int cols,
+                          Fp8Format g_format, const float* g_scale, float* g_amax,
+                          uint64_t* g_counts, void* scratch) override;
+  // Off: GeluCastFp8AndGrad runs the two casts (fp8_cast_bench, tests). Applies to later ops.
+  void set_fused_gelu_grad(bool on) { fused_gelu_grad_ = on; }
   void GeluForward(void* out, const void* inp, size_t n) override;
   void GeluBackward(void* dout, const void* pre, size_t n) override;
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;
@@ -187,6 +196,7 @@ class CudaBackend final : public Backend {
   // 0.832 with GeluBackwardColumnSum on hidden-2048's shape, 0.331 against 0.333 on GPT-2's and
   // 0.179 against 0.179 on the seed model's.
   bool dgelu_epilogue_ = true;  // see set_dgelu_epilogue
+  bool fused_gelu_grad_ = true;  // see set_fused_gelu_grad
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;

@@ -192,6 +192,32 @@ void CudaBackend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const
         "GeluCastFp8");
 }
 
+void CudaBackend::GeluCastFp8AndGrad(uint8_t* in_t, Fp8Format in_format, const float* in_scale,
+                                     float* in_amax, uint64_t* in_counts, uint8_t* g_out,
+                                     uint8_t* g_out_t, void* dout, const void* pre, void* dbias,
+                                     int rows, int cols, Fp8Format g_format, const float* g_scale,
+                                     float* g_amax, uint64_t* g_counts, void* scratch) {
+  if (!Ok()) return;
+  BOULDER_REQUIRE_FP8(in_t != nullptr, "GeluCastFp8AndGrad without the input transpose");
+  BOULDER_REQUIRE_FP8(g_out != nullptr || g_out_t != nullptr,
+                      "GeluCastFp8AndGrad without a gradient output");
+  if (!fused_gelu_grad_ ||
+      !cuda::GeluCastFp8AndGradFusable(in_t, g_out, g_out_t, dout, pre, rows, cols)) {
+    Backend::GeluCastFp8AndGrad(in_t, in_format, in_scale, in_amax, in_counts, g_out, g_out_t,
+                                dout, pre, dbias, rows, cols, g_format, g_scale, g_amax, g_counts,
+                                scratch);
+    return;
+  }
+  ProfileScope profile(this, profiling_ ? absl::StrCat("GeluCastFp8AndGrad ", rows, "x", cols)
+                                        : std::string());
+  Check(cuda::GeluCastFp8AndGrad(in_t, in_format == Fp8Format::kE4M3, in_scale, g_out, g_out_t,
+                                 static_cast<const bf16*>(dout), static_cast<const bf16*>(pre),
+                                 static_cast<bf16*>(dbias), rows, cols,
+                                 g_format == Fp8Format::kE4M3, g_scale, g_amax,
+                                 reinterpret_cast<unsigned long long*>(g_counts), scratch_, stream_),
+        "GeluCastFp8AndGrad");
+}
+
 void CudaBackend::GeluForward(void* out, const void* inp, size_t n) {
   if (!Ok()) return;
   ProfileScope profile(this, "GeluForward");

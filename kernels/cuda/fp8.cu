@@ -23,6 +23,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_cast_tiles.cuh"
+#include "kernels/cuda/fp8_gelu_grad_op.cuh"
 #include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/fp8_recipe.h"
@@ -72,35 +73,7 @@ __global__ void CastFp8Kernel(uint8_t* out, uint8_t* out_t, const bf16* inp, int
 // encoding and counting rules as CastOne (bit-identical results), checked against the CPU
 // emulation in fp8_test.cc.
 
-// gelu_tanh'(x) with the hardware tanh (tanh.approx.f32, relative error about 2^-11: far below
-// the BF16 rounding of g that follows).
-__device__ __forceinline__ float GeluTanhGradApprox(float x) {
-  constexpr float kS = 0.7978845608028654f;
-  const float u = kS * (x + 0.044715f * x * x * x);
-  float th;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(u));
-  return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kS * (1.f + 3.f * 0.044715f * x * x);
-}
-
-// The stage of CastFp8Grad's fused dGELU: the 8 values d ⊙ gelu'(p), each rounded to BF16.
-struct GeluGradOp {
-  static constexpr bool kReadsPre = true;
-  static constexpr bool kRowCol = false;
-  __device__ __forceinline__ static uint4 Apply(uint4 d, uint4 p) {
-    const unsigned dw[4] = {d.x, d.y, d.z, d.w}, pw[4] = {p.x, p.y, p.z, p.w};
-    unsigned gw[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float lo =
-          __uint_as_float(dw[k] << 16) * GeluTanhGradApprox(__uint_as_float(pw[k] << 16));
-      const float hi = __uint_as_float(dw[k] & 0xffff0000u) *
-                       GeluTanhGradApprox(__uint_as_float(pw[k] & 0xffff0000u));
-      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // lo in the low half
-      gw[k] = *reinterpret_cast<const unsigned*>(&h);
-    }
-    return make_uint4(gw[0], gw[1], gw[2], gw[3]);
-  }
-};
+// The dGELU stage (GeluGradOp) is in fp8_gelu_grad_op.cuh, shared with fp8_gelu.cu.
 
 // No stage: the plain cast.
 struct CastOp {
@@ -269,6 +242,13 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
+namespace {
+bool g_rows_only_kernels = true;
+}  // namespace
+
+void SetFp8CastRowsOnlyKernels(bool on) { g_rows_only_kernels = on; }
+bool Fp8CastRowsOnlyKernels() { return g_rows_only_kernels; }
+
 cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const bool vec = rows % 16 == 0 && cols % 16 == 0 && Aligned(in, 16) && Aligned(out, 16);
@@ -303,6 +283,15 @@ cudaError_t CastGrad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16*
 }
 
 template <bool kE4M3>
+CastTileGrid GradGrid(int rows, int cols, bool dgelu, bool sums) {
+  const int max_blocks = dgelu ? (sums ? CastTilesMaxBlocks<kE4M3, GeluGradOp, true>()
+                                       : CastTilesMaxBlocks<kE4M3, GeluGradOp, false>())
+                               : (sums ? CastTilesMaxBlocks<kE4M3, CastOp, true>()
+                                       : CastTilesMaxBlocks<kE4M3, CastOp, false>());
+  return PlanCastTiles(rows, cols, max_blocks);
+}
+
+template <bool kE4M3>
 cudaError_t CastGradFormat(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre,
                            bf16* dbias, int rows, int cols, const float* scale, float* amax,
                            unsigned long long* counts, Scratch& scratch, cudaStream_t s) {
@@ -320,6 +309,10 @@ cudaError_t CastGradFormat(uint8_t* out, uint8_t* out_t, const bf16* dout, const
 }
 
 }  // namespace
+
+CastTileGrid CastFp8GradGrid(int rows, int cols, bool e4m3, bool dgelu, bool sums) {
+  return e4m3 ? GradGrid<true>(rows, cols, dgelu, sums) : GradGrid<false>(rows, cols, dgelu, sums);
+}
 
 cudaError_t CastFp8Grad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre,
                         bf16* dbias, int rows, int cols, bool e4m3, const float* scale, float* amax,

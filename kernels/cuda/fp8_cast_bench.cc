@@ -1,12 +1,16 @@
 // fp8_cast_bench: the FP8 casts of a training step, per call and per step, on the benchmark
-// workloads' shapes: CastFp8 (row-major + transposed, as the forward casts each Linear's input),
+// workloads' shapes: CastFp8 (row-major + transposed, at widths C and F),
 // CastFp8Grad (the backward's fused cast of each Linear's output gradient: dGELU for fc1, the
 // bias gradient, row-major + transposed) and GeluCastFp8 (the backward's recomputed transpose of
-// fc2's input from fc1's pre-activation: transposed only; also row-major + transposed), each
+// fc2's input from fc1's pre-activation: transposed only; also row-major + transposed; and
+// row-major only, the forward's, as are the attention projection's input casts, against the
+// instance of the tile kernel that ran before the one without the transposed tile), each
 // GELU cast three ways: the tile kernel GeluCastFp8 runs, the per-element kernel it keeps for
 // unaligned shapes (GeluCastFp8AnyShape: the kernel GeluCastFp8 was before the tile kernel), and
 // the Backend default (GeluForward into a BF16 scratch, then CastFp8). Times through
-// CudaBackend (CUDA events, median of --reps after a warm-up); GB/s counts each input read once
+// CudaBackend (CUDA events, median of --reps after a warm-up). Last, the MLP backward's fused
+// GeluCastFp8AndGrad against the two casts it replaces (GB/s: the fused op's bytes, 7 per
+// element, and the two casts', 9). GB/s counts each input read once
 // and each output written once (for the default: the fused op's bytes, not its own).
 //
 //   fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20]
@@ -24,6 +28,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_gelu_ops.h"
+#include "kernels/cuda/fp8_ops.h"
 
 namespace {
 
@@ -147,8 +152,10 @@ int main(int argc, char** argv) {
       const double ms = b.Time([&] {
         be->CastFp8(out, out_t, x, w.N, cols, Fp8Format::kE4M3, act_scale, amax, counts);
       });
-      fwd += Row(cols == w.C ? "cast fwd (ln, attn out)" : "cast fwd (gelu out)", w.N, cols, ms,
-                 N * cols * 4.0, cols == w.C ? 3 * w.layers : w.layers);
+      // Not a training step's casts any more (the LayerNorms cast in their own kernel,
+      // fusion_bench; the other forward casts are row-major only, below): per step 0.
+      Row(cols == w.C ? "cast (out, out_t) C" : "cast (out, out_t) F", w.N, cols, ms,
+          N * cols * 4.0, 0);
     }
     const struct {
       const char* name;
@@ -189,6 +196,46 @@ int main(int argc, char** argv) {
       }),
           bytes, per_step);
     }
+    // The forward's row-major-only casts (fc2's input from fc1's pre-activation, the attention
+    // projection's input): the kRowsOnly tile-kernel instance, then the instance that forms the
+    // transposed tile anyway (SetFp8CastRowsOnlyKernels(false), what ran before it).
+    for (const bool rows_only : {true, false}) {
+      boulder::kernels::cuda::SetFp8CastRowsOnlyKernels(rows_only);
+      const double g = b.Time([&] {
+        be->GeluCastFp8(out, nullptr, scratch, pre, w.N, w.F, Fp8Format::kE4M3, act_scale, amax,
+                        counts);
+      });
+      const double q = b.Time([&] {
+        be->CastFp8(out, nullptr, x, w.N, w.C, Fp8Format::kE4M3, act_scale, amax, counts);
+      });
+      const double step_g =
+          Row(rows_only ? "gelu cast (out)" : "  with the tile", w.N, w.F, g, N * w.F * 3.0,
+              w.layers);
+      const double step_q =
+          Row(rows_only ? "cast fwd q (attn out)" : "  with the tile", w.N, w.C, q, N * w.C * 3.0,
+              w.layers);
+      if (rows_only) {
+        gelu += step_g;
+        fwd += step_q;
+      }
+    }
+    boulder::kernels::cuda::SetFp8CastRowsOnlyKernels(true);
+    // The MLP backward's two casts over fc1's pre-activation (fc2's recomputed input transpose,
+    // fc1's gradient cast with dGELU and the bias gradient): one kernel (GeluCastFp8AndGrad)
+    // against the two (CudaBackend::set_fused_gelu_grad(false)); per step once per layer.
+    uint8_t* in_t = static_cast<uint8_t*>(b.Raw(N * w.F));
+    for (const bool fused : {true, false}) {
+      be->set_fused_gelu_grad(fused);
+      const double ms = b.Time([&] {
+        be->GeluCastFp8AndGrad(in_t, Fp8Format::kE4M3, act_scale, amax, counts, out, out_t, dout,
+                               pre, dbias, w.N, w.F, Fp8Format::kE5M2, grad_scale, amax, counts,
+                               scratch);
+      });
+      const double step = Row(fused ? "gelu recomp + grad fc1" : "  two casts", w.N, w.F, ms,
+                              N * w.F * (fused ? 7.0 : 9.0), w.layers);
+      if (fused) bwd += step;
+    }
+    be->set_fused_gelu_grad(true);
     if (absl::Status s = be->Synchronize(); !s.ok()) Die(s.ToString());
     std::printf("  per step: forward casts %.3f ms, backward casts %.3f ms, gelu casts %.3f ms\n",
                 fwd, bwd, gelu);

@@ -7,7 +7,9 @@
 // 2·(t/8)+1: it loads 16 bytes per row, applies the Op, casts 8 values per instruction group
 // (Cast8, fp8_cast.cuh), stores 8 codes per row, and writes each column's two codes (2 bytes)
 // into a transposed shared tile whose 8-byte chunks are swizzled by column so that neither
-// these writes nor the 8-byte reads that store the transpose collide in banks.
+// these writes nor the 8-byte reads that store the transpose collide in banks. A cast without a
+// transposed output (out_t null) and without column sums runs an instance without the shared
+// tile and its two barriers per tile (kRowsOnly).
 //
 // Block (x, y) owns the 64-column strip x and the row tiles of chunk y, about one wave of
 // blocks in all; the next tile's loads are issued before this tile's arithmetic and stores (in
@@ -30,6 +32,10 @@
 #include "kernels/cuda/fp8_cast.cuh"
 
 namespace boulder::kernels::cuda {
+
+// SetFp8CastRowsOnlyKernels (fp8_ops.h; defined in fp8.cu): whether LaunchCastTiles may run
+// the kRowsOnly instance.
+bool Fp8CastRowsOnlyKernels();
 
 inline constexpr int kCastTile = 64;
 inline constexpr int kCastTileThreads = 256;
@@ -93,8 +99,9 @@ constexpr int CastTilesMinBlocks(bool reads_pre, bool sums) {
 
 // Casts Op(inp, pre) for the tiles of column strip bx, chunk by (a block of
 // kCastTileThreads threads: CastTilesKernel's blockIdx.x and .y); see above.
-// REQUIRES: rows, cols multiples of 8; inp, pre 16-byte aligned; out, out_t 8-byte aligned.
-template <bool kE4M3, class Op, bool kSums>
+// REQUIRES: rows, cols multiples of 8; inp, pre 16-byte aligned; out, out_t 8-byte aligned;
+// with kRowsOnly, out_t null and no kSums.
+template <bool kE4M3, class Op, bool kSums, bool kRowsOnly = false>
 __device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
                                                const __nv_bfloat16* __restrict__ inp,
                                                const __nv_bfloat16* __restrict__ pre,
@@ -150,7 +157,7 @@ __device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
       for (int k = 0; k < 2; ++k) g[k] = ApplyCastOp(op, g[k], next_p[k], row_state[k], col_state);
     }
     if (Op::kReadsPre && t + 1 < t_end) load(t + 1);
-    __syncthreads();  // the previous tile's transpose has been read out of tile_t
+    if (!kRowsOnly) __syncthreads();  // the previous tile's transpose has been read out of tile_t
     if (in_range) {
       uint2 q[2];
 #pragma unroll
@@ -165,13 +172,14 @@ __device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
       }
       // Column lane_c + j gets the two rows' codes j: bytes j of q[0] and q[1].
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < 8 && !kRowsOnly; ++j) {
         const unsigned lo = j < 4 ? q[0].x : q[0].y, hi = j < 4 ? q[1].x : q[1].y;
         const unsigned pair = __byte_perm(lo, hi, (j % 4) | ((4 + j % 4) << 4));
         *reinterpret_cast<uint16_t*>(&tile_t[lane_c + j][SwizzledRow(lane_c + j, 2 * rp)]) =
             static_cast<uint16_t>(pair);
       }
     }
+    if (kRowsOnly) continue;
     __syncthreads();
     if (out_t != nullptr) {
       // Row i of the transposed tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7.
@@ -200,15 +208,16 @@ __device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
   FlushCastStats(st, s_stats, threadIdx.x, amax, counts);  // synchronises before it reads
 }
 
-template <bool kE4M3, class Op, bool kSums>
+template <bool kE4M3, class Op, bool kSums, bool kRowsOnly = false>
 __global__ void __launch_bounds__(kCastTileThreads,
                                   CastTilesMinBlocks(Op::kReadsPre || Op::kRowCol, kSums))
     CastTilesKernel(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* __restrict__ inp,
                     const __nv_bfloat16* __restrict__ pre, float* partial, int rows, int cols,
                     int tiles_per_chunk, const float* scale_p, float* amax,
                     unsigned long long* counts, const Op op) {
-  CastTilesBlock<kE4M3, Op, kSums>(out, out_t, inp, pre, partial, rows, cols, tiles_per_chunk,
-                                   scale_p, amax, counts, op, blockIdx.x, blockIdx.y);
+  CastTilesBlock<kE4M3, Op, kSums, kRowsOnly>(out, out_t, inp, pre, partial, rows, cols,
+                                              tiles_per_chunk, scale_p, amax, counts, op,
+                                              blockIdx.x, blockIdx.y);
 }
 
 // How many blocks of CastTilesKernel<kE4M3, Op, kSums> fill the current device once.
@@ -237,8 +246,14 @@ inline CastTileGrid PlanCastTiles(int rows, int cols, int max_blocks) {
   return {(row_tiles + per_chunk - 1) / per_chunk, per_chunk};
 }
 
+// The grid CastFp8Grad plans for rows x cols (fp8.cu: its kernel's occupancy), in the format
+// (e4m3) with or without dGELU and column sums. A kernel that must give CastFp8Grad's column
+// sums bit for bit (the same chunks of rows) uses it.
+CastTileGrid CastFp8GradGrid(int rows, int cols, bool e4m3, bool dgelu, bool sums);
+
 // Launches CastTilesKernel over about one wave of blocks: chunks of row tiles per column
-// strip, g.chunks of them (the rows of partial), with op (for an Op with kRowCol). Returns the
+// strip, g.chunks of them (the rows of partial), with op (for an Op with kRowCol); its
+// kRowsOnly instance where there is neither a transposed output nor column sums. Returns the
 // launch's error.
 template <bool kE4M3, class Op, bool kSums>
 cudaError_t LaunchCastTiles(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp,
@@ -246,7 +261,15 @@ cudaError_t LaunchCastTiles(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* i
                             const CastTileGrid& g, const float* scale, float* amax,
                             unsigned long long* counts, cudaStream_t s, const Op& op = Op{}) {
   const int col_tiles = (cols + kCastTile - 1) / kCastTile;
-  CastTilesKernel<kE4M3, Op, kSums><<<dim3(col_tiles, g.chunks), kCastTileThreads, 0, s>>>(
+  const dim3 grid(col_tiles, g.chunks);
+  if constexpr (!kSums) {
+    if (out_t == nullptr && Fp8CastRowsOnlyKernels()) {
+      CastTilesKernel<kE4M3, Op, false, true><<<grid, kCastTileThreads, 0, s>>>(
+          out, out_t, inp, pre, partial, rows, cols, g.per_chunk, scale, amax, counts, op);
+      return cudaGetLastError();
+    }
+  }
+  CastTilesKernel<kE4M3, Op, kSums><<<grid, kCastTileThreads, 0, s>>>(
       out, out_t, inp, pre, partial, rows, cols, g.per_chunk, scale, amax, counts, op);
   return cudaGetLastError();
 }

@@ -20,7 +20,9 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/fp8_cast_tiles.cuh"
+#include "kernels/cuda/fp8_gelu_grad_op.cuh"
 #include "kernels/cuda/fp8_gelu_ops.h"
+#include "kernels/cuda/reduce.cuh"
 #include "kernels/fp8_recipe.h"
 
 namespace boulder::kernels::cuda {
@@ -44,6 +46,116 @@ struct GeluOp {
     return make_uint4(g[0], g[1], g[2], g[3]);
   }
 };
+
+// GeluCastFp8AndGrad's kernel: CastTilesBlock (fp8_cast_tiles.cuh) with two stages over the
+// same tile of pre: h = GELU(pre) (GeluOp, as the forward's GeluCastFp8) cast with the input's
+// scale into in_t only (the recomputation: no statistics), and g = dout ⊙ gelu'(pre)
+// (GeluGradOp, as CastFp8Grad) cast with the gradient's scale into g_out and g_out_t, with its
+// statistics and (kSums) its column sums into partial. The same per-thread order as
+// CastTilesBlock (same tiles, same rows, same sums), so with CastFp8Grad's grid the same bytes,
+// statistics and partial sums as the two separate casts.
+template <bool kInE4M3, bool kGradE4M3, bool kSums>
+__global__ void __launch_bounds__(kCastTileThreads, 3)
+    GeluCastAndGradKernel(uint8_t* in_t, const float* in_scale_p, uint8_t* g_out, uint8_t* g_out_t,
+                          const bf16* __restrict__ dout, const bf16* __restrict__ pre,
+                          float* partial, int rows, int cols, int tiles_per_chunk,
+                          const float* g_scale_p, float* g_amax, unsigned long long* g_counts) {
+  __shared__ __align__(16) uint8_t tile_h[kCastTile][kCastTile];
+  __shared__ __align__(16) uint8_t tile_g[kCastTile][kCastTile];
+  __shared__ float col_sums[kSums ? kCastTileThreads / 8 : 1][kSums ? kCastTile : 1];
+  __shared__ BlockCastStats s_stats;
+  InitBlockCastStats(s_stats, threadIdx.x);
+  __syncthreads();
+  const float in_scale = *in_scale_p, g_scale = *g_scale_p;
+  const int lane_c = (threadIdx.x % 8) * 8;
+  const int rp = threadIdx.x / 8;
+  const int bx = blockIdx.x, by = blockIdx.y;
+  const int c0 = bx * kCastTile, c = c0 + lane_c;
+  const int row_tiles = (rows + kCastTile - 1) / kCastTile;
+  const int t_begin = by * tiles_per_chunk;
+  const int t_end = min(row_tiles, t_begin + tiles_per_chunk);
+  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  CastStats st, st_h;  // st_h: the recomputation records nothing
+  uint4 next_x[2], next_p[2];
+  auto load = [&](int t) {
+    const int r = t * kCastTile + 2 * rp;
+    if (r < rows && c < cols) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        next_x[k] = *reinterpret_cast<const uint4*>(dout + size_t(r + k) * cols + c);
+        next_p[k] = *reinterpret_cast<const uint4*>(pre + size_t(r + k) * cols + c);
+      }
+    }
+  };
+  if (t_begin < t_end) load(t_begin);
+  for (int t = t_begin; t < t_end; ++t) {
+    const int r0 = t * kCastTile, r = r0 + 2 * rp;
+    const bool in_range = r < rows && c < cols;
+    uint4 g[2] = {next_x[0], next_x[1]}, h[2] = {next_p[0], next_p[1]};
+    if (in_range) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        g[k] = GeluGradOp::Apply(g[k], next_p[k]);
+        h[k] = GeluOp::Apply(h[k], h[k]);
+      }
+    }
+    if (t + 1 < t_end) load(t + 1);
+    __syncthreads();  // the previous tile's transposes have been read out of the tiles
+    if (in_range) {
+      uint2 qg[2], qh[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        float v[8], unused[8];
+        qg[k] = Cast8<kGradE4M3>(g[k], g_scale, st, v);
+        qh[k] = Cast8<kInE4M3>(h[k], in_scale, st_h, unused);
+        if (kSums) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) sums[j] += v[j];
+        }
+        if (g_out != nullptr) {
+          *reinterpret_cast<uint2*>(g_out + size_t(r + k) * cols + c) = qg[k];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int sw = SwizzledRow(lane_c + j, 2 * rp), sel = (j % 4) | ((4 + j % 4) << 4);
+        const unsigned glo = j < 4 ? qg[0].x : qg[0].y, ghi = j < 4 ? qg[1].x : qg[1].y;
+        const unsigned hlo = j < 4 ? qh[0].x : qh[0].y, hhi = j < 4 ? qh[1].x : qh[1].y;
+        *reinterpret_cast<uint16_t*>(&tile_g[lane_c + j][sw]) =
+            static_cast<uint16_t>(__byte_perm(glo, ghi, sel));
+        *reinterpret_cast<uint16_t*>(&tile_h[lane_c + j][sw]) =
+            static_cast<uint16_t>(__byte_perm(hlo, hhi, sel));
+      }
+    }
+    __syncthreads();
+    const int chunk = (threadIdx.x % 8) * 8;
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      const int i = threadIdx.x / 8 + 32 * pass;
+      const int cc = c0 + i, rr = r0 + chunk;
+      if (cc < cols && rr < rows) {
+        const int sw = SwizzledRow(i, chunk);
+        if (g_out_t != nullptr) {
+          *reinterpret_cast<uint2*>(g_out_t + size_t(cc) * rows + rr) =
+              *reinterpret_cast<const uint2*>(&tile_g[i][sw]);
+        }
+        *reinterpret_cast<uint2*>(in_t + size_t(cc) * rows + rr) =
+            *reinterpret_cast<const uint2*>(&tile_h[i][sw]);
+      }
+    }
+  }
+  if (kSums) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) col_sums[rp][lane_c + j] = sums[j];
+    __syncthreads();
+    if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
+      float acc = 0.f;
+      for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
+      partial[size_t(by) * cols + c0 + threadIdx.x] = acc;
+    }
+  }
+  FlushCastStats(st, s_stats, threadIdx.x, g_amax, g_counts);  // synchronises before it reads
+}
 
 template <bool kE4M3>
 cudaError_t LaunchGeluTiles(uint8_t* out, uint8_t* out_t, const bf16* pre, int rows, int cols,
@@ -152,6 +264,78 @@ cudaError_t GeluCastFp8AnyShape(uint8_t* out, uint8_t* out_t, const bf16* pre, i
   GeluCastFp8Kernel<<<grid, kThreads, 0, s>>>(out, out_t, pre, rows, cols, e4m3, scale, amax,
                                               counts, vec_in, vec_out, vec_out_t);
   return cudaGetLastError();
+}
+
+namespace {
+
+template <bool kInE4M3, bool kGradE4M3, bool kSums>
+cudaError_t LaunchGeluCastAndGrad(uint8_t* in_t, const float* in_scale, uint8_t* g_out,
+                                  uint8_t* g_out_t, const bf16* dout, const bf16* pre, bf16* dbias,
+                                  int rows, int cols, const float* g_scale, float* g_amax,
+                                  unsigned long long* g_counts, Scratch& scratch, cudaStream_t s) {
+  // CastFp8Grad's grid, so the column sums are its chunks' (the bias gradient bit for bit).
+  const CastTileGrid g = CastFp8GradGrid(rows, cols, kGradE4M3, /*dgelu=*/true, kSums);
+  float* partial = nullptr;
+  if (kSums) {
+    partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(g.chunks) * cols));
+    if (partial == nullptr) return scratch.last_error();
+  }
+  const int col_tiles = (cols + kCastTile - 1) / kCastTile;
+  GeluCastAndGradKernel<kInE4M3, kGradE4M3, kSums>
+      <<<dim3(col_tiles, g.chunks), kCastTileThreads, 0, s>>>(
+          in_t, in_scale, g_out, g_out_t, dout, pre, partial, rows, cols, g.per_chunk, g_scale,
+          g_amax, g_counts);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !kSums) return err;
+  return ColumnFinish(dbias, partial, g.chunks, cols, s);  // as CastFp8Grad's
+}
+
+template <bool kInE4M3, bool kGradE4M3>
+cudaError_t GeluCastAndGradSums(uint8_t* in_t, const float* in_scale, uint8_t* g_out,
+                                uint8_t* g_out_t, const bf16* dout, const bf16* pre, bf16* dbias,
+                                int rows, int cols, const float* g_scale, float* g_amax,
+                                unsigned long long* g_counts, Scratch& scratch, cudaStream_t s) {
+  return dbias != nullptr
+             ? LaunchGeluCastAndGrad<kInE4M3, kGradE4M3, true>(in_t, in_scale, g_out, g_out_t, dout,
+                                                               pre, dbias, rows, cols, g_scale,
+                                                               g_amax, g_counts, scratch, s)
+             : LaunchGeluCastAndGrad<kInE4M3, kGradE4M3, false>(in_t, in_scale, g_out, g_out_t,
+                                                                dout, pre, dbias, rows, cols,
+                                                                g_scale, g_amax, g_counts, scratch,
+                                                                s);
+}
+
+}  // namespace
+
+bool GeluCastFp8AndGradFusable(const void* in_t, const void* g_out, const void* g_out_t,
+                               const void* dout, const void* pre, int rows, int cols) {
+  return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 8 == 0 && in_t != nullptr &&
+         Aligned(in_t, 8) && Aligned(g_out, 8) && Aligned(g_out_t, 8) && Aligned(dout, 16) &&
+         Aligned(pre, 16);
+}
+
+cudaError_t GeluCastFp8AndGrad(uint8_t* in_t, bool in_e4m3, const float* in_scale,
+                               uint8_t* g_out, uint8_t* g_out_t, const bf16* dout, const bf16* pre,
+                               bf16* dbias, int rows, int cols, bool g_e4m3, const float* g_scale,
+                               float* g_amax, unsigned long long* g_counts, Scratch& scratch,
+                               cudaStream_t s) {
+  if (!GeluCastFp8AndGradFusable(in_t, g_out, g_out_t, dout, pre, rows, cols)) {
+    return cudaErrorInvalidValue;
+  }
+  if (in_e4m3) {
+    return g_e4m3 ? GeluCastAndGradSums<true, true>(in_t, in_scale, g_out, g_out_t, dout, pre,
+                                                    dbias, rows, cols, g_scale, g_amax, g_counts,
+                                                    scratch, s)
+                  : GeluCastAndGradSums<true, false>(in_t, in_scale, g_out, g_out_t, dout, pre,
+                                                     dbias, rows, cols, g_scale, g_amax, g_counts,
+                                                     scratch, s);
+  }
+  return g_e4m3 ? GeluCastAndGradSums<false, true>(in_t, in_scale, g_out, g_out_t, dout, pre, dbias,
+                                                   rows, cols, g_scale, g_amax, g_counts, scratch,
+                                                   s)
+                : GeluCastAndGradSums<false, false>(in_t, in_scale, g_out, g_out_t, dout, pre,
+                                                    dbias, rows, cols, g_scale, g_amax, g_counts,
+                                                    scratch, s);
 }
 
 cudaError_t GeluCastFp8(uint8_t* out, uint8_t* out_t, const bf16* pre, int rows, int cols,

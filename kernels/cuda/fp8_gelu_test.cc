@@ -5,7 +5,9 @@
 // the saturated, underflow and non-finite counts exactly equal, on aligned and unaligned
 // shapes, partial tiles, several tiles per block, both formats, scales that saturate and
 // underflow, with infs and NaNs, huge, subnormal and GELU-underflowing inputs; the fused
-// kernels leave their scratch untouched. Outputs are poisoned first.
+// kernels leave their scratch untouched. Outputs are poisoned first. GeluCastFp8AndGrad (the
+// recomputed transpose and fc1's gradient cast in one kernel) against the two casts, bit for
+// bit.
 // Skips, saying so, without a GPU of compute capability 8.9 or higher.
 #include <cmath>
 #include <cstdint>
@@ -273,6 +275,83 @@ TEST_F(CudaGeluCastFp8Test, TransposeOnlyMatchesAndRecordsTheSameStatistics) {
   const std::vector<uint64_t> c = Download<uint64_t>(counts, 6);
   EXPECT_EQ(std::vector<uint64_t>(c.begin(), c.begin() + 3),
             std::vector<uint64_t>(c.begin() + 3, c.end()));
+}
+
+// GeluCastFp8AndGrad (the MLP backward's two casts over fc1's pre-activation in one kernel)
+// against the two calls it replaces on the same GPU (GeluCastFp8 with the transposed output
+// only, then CastFp8Grad with dGELU; CudaBackend::set_fused_gelu_grad(false) runs them): the
+// input transpose, the gradient's codes (row-major and transposed), amax, counters and bias
+// gradient bit for bit, with and without the bias gradient, in hybrid (E4M3 input, E5M2
+// gradient) and all-E4M3 formats, on shapes with partial tiles and several tiles per block.
+TEST_F(CudaGeluCastFp8Test, FusedGeluCastAndGradCastGiveTheTwoCastsBytes) {
+  struct Shape {
+    int rows, cols;
+  };
+  for (const Shape sh : {Shape{256, 3072}, Shape{136, 200}, Shape{1032, 64}}) {
+    for (const bool hybrid : {true, false}) {
+      for (const bool with_bias : {true, false}) {
+        const int rows = sh.rows, cols = sh.cols;
+        const size_t n = size_t(rows) * cols;
+        SCOPED_TRACE(absl::StrCat(rows, "x", cols, hybrid ? " hybrid" : " e4m3",
+                                  with_bias ? " bias" : ""));
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<float> pre(n), dout(n), bias(cols);
+        for (auto& x : pre) x = 3.f * d(rng_);
+        for (auto& x : dout) x = 1e-3f * d(rng_);
+        for (auto& x : bias) x = d(rng_);
+        const Fp8Format in_fmt = Fp8Format::kE4M3;
+        const Fp8Format g_fmt = hybrid ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+        const float* in_scale = UploadScale(60.f);
+        const float* g_scale = UploadScale(hybrid ? 3e5f : 2e4f);  // some saturate
+        void* d_pre = UploadBf16(pre);
+        struct Run {
+          void *in_t, *g, *g_t, *dbias, *amax, *counts, *in_stats;
+        };
+        auto run = [&](bool fused) {
+          Run r;
+          r.in_t = Alloc(n, 0xA5);
+          r.g = Alloc(n, 0x5A);
+          r.g_t = Alloc(n, 0x3C);
+          r.dbias = with_bias ? UploadBf16(bias) : nullptr;
+          r.amax = UploadScale(0.f);
+          r.counts = Alloc(3 * sizeof(uint64_t), 0);
+          r.in_stats = Alloc(64, 0);
+          void* d_dout = UploadBf16(dout);  // the default may overwrite it
+          void* scratch = Alloc(n * 2, 0);
+          gpu_->set_fused_gelu_grad(fused);
+          gpu_->GeluCastFp8AndGrad(static_cast<uint8_t*>(r.in_t), in_fmt, in_scale,
+                                   static_cast<float*>(r.in_stats),
+                                   reinterpret_cast<uint64_t*>(static_cast<char*>(r.in_stats) + 8),
+                                   static_cast<uint8_t*>(r.g), static_cast<uint8_t*>(r.g_t), d_dout,
+                                   d_pre, r.dbias, rows, cols, g_fmt, g_scale,
+                                   static_cast<float*>(r.amax), static_cast<uint64_t*>(r.counts),
+                                   scratch);
+          gpu_->set_fused_gelu_grad(true);
+          return r;
+        };
+        const Run fused = run(true), two = run(false);
+        EXPECT_EQ(Download<uint8_t>(fused.in_t, n), Download<uint8_t>(two.in_t, n))
+            << "fc2's input transpose";
+        EXPECT_EQ(Download<uint8_t>(fused.g, n), Download<uint8_t>(two.g, n)) << "gradient codes";
+        EXPECT_EQ(Download<uint8_t>(fused.g_t, n), Download<uint8_t>(two.g_t, n))
+            << "gradient transpose";
+        EXPECT_EQ(Download<uint32_t>(fused.amax, 1), Download<uint32_t>(two.amax, 1)) << "amax";
+        EXPECT_EQ(Download<uint64_t>(fused.counts, 3), Download<uint64_t>(two.counts, 3))
+            << "saturated, underflow, non-finite";
+        if (with_bias) {
+          EXPECT_EQ(Download<uint16_t>(fused.dbias, cols), Download<uint16_t>(two.dbias, cols))
+              << "bias gradient";
+        }
+        // The transpose is the transpose: spot-check the fused input transpose against a
+        // fresh GeluCastFp8 of the same pre-activation.
+        void* ref = Alloc(n, 0);
+        gpu_->GeluCastFp8(nullptr, static_cast<uint8_t*>(ref), Alloc(n * 2, 0), d_pre, rows, cols,
+                          in_fmt, in_scale, static_cast<float*>(Alloc(4, 0)),
+                          static_cast<uint64_t*>(Alloc(24, 0)));
+        EXPECT_EQ(Download<uint8_t>(fused.in_t, n), Download<uint8_t>(ref, n));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -19,6 +19,13 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int 
                     bool e4m3, const float* scale, float* amax, unsigned long long* counts,
                     cudaStream_t s);
 
+// On (the default), a tile cast without a transposed output or column sums runs the tile
+// kernel's instance without the shared transpose tile and its barriers (kRowsOnly,
+// fp8_cast_tiles.cuh); off, the instance that forms the tile anyway (what ran before): the
+// same bytes and statistics, for fp8_cast_bench's comparison. Not thread-safe: set it before
+// launching.
+void SetFp8CastRowsOnlyKernels(bool on);
+
 // Backend::TransposeFp8: out[cols, rows] = in[rows, cols]ᵀ, bytes.
 cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s);
 

@@ -197,8 +197,10 @@ absl::Status Model::Allocate() {
     act_.dresidual = take(R * C * elem_);
     act_.dln = take(R * C * elem_);
     act_.datty = take(R * C * elem_);
-    act_.dqkv = take(std::max(R * 3 * C * elem_, fp8 ? N8 * std::max(C, F) : 0));
+    const size_t dqkv_bytes = std::max(R * 3 * C * elem_, fp8 ? N8 * std::max(C, F) : 0);
+    act_.dqkv = take(dqkv_bytes);
     fp8_input_ = fp8 ? static_cast<uint8_t*>(act_.dqkv) : nullptr;
+    fp8_input_bytes_ = fp8 ? dqkv_bytes : 0;
     act_.dfc = take(R * F * elem_);
     act_.norm_sq = static_cast<float*>(take(sizeof(float)));
     act_.frozen_ln_grad = take(2 * C * elem_);
@@ -428,12 +430,7 @@ void Model::EnqueueBackward() {
       be.MatmulBackward(act_.dln, G(TensorKind::kFc1Weight, l), nullptr, act_.dfc, nullptr, la.ln2,
                         P(TensorKind::kFc1Weight, l), N, C, F);
     } else {
-      LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
-                     G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
-                     P(TensorKind::kFc2Weight, l), N, F, C);
-      LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
-                     G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
-                     P(TensorKind::kFc1Weight, l), N, C, F);
+      MlpBackwardFp8(l);
     }
     ln_grad(TensorKind::kLn2Weight, TensorKind::kLn2Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, la.residual2,

@@ -297,9 +297,17 @@ class Model {
   void Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void* inp,
               const void* weight, const void* bias, int N, int C, int OC,
               kernels::Epilogue epilogue, const void* gelu_pre = nullptr);
+  // cast_dout false (FP8, fc1 after MlpBackwardFp8's fused cast): fp8_dout_ and fp8_dout_t_
+  // already hold dout's FP8 cast (its statistics and dbias recorded); the rest as usual.
   void LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias, void* dout,
                       const void* pre_gelu, const void* inp, const void* weight, int N, int C,
-                      int OC);
+                      int OC, bool cast_dout = true);
+  // Layer l's MLP backward (fc2, then fc1) in FP8 training: where fc2's input transpose is
+  // recomputed and there is room (MlpFp8FusedCasts), with the two casts that read fc1's
+  // pre-activation in one Backend::GeluCastFp8AndGrad (fc2's weight gradient after it); else
+  // the two LinearBackward calls.
+  void MlpBackwardFp8(int l);
+  bool MlpFp8FusedCasts(int l) const;
   absl::Status AllocateFp8();
   // Casts every FP8 Linear's weight (and its transpose where kept) with the step's scales in
   // one Backend::CastFp8Batch, recording their statistics; marks them current.
@@ -354,6 +362,7 @@ class Model {
   // attention's backward writing it and qkv's gradient cast reading it): the forward's FP8
   // input [N, max(C, F)], and in the backward the recomputed input transposes.
   uint8_t* fp8_input_ = nullptr;
+  size_t fp8_input_bytes_ = 0;
   // In the arena's GELU buffer (free in the backward once fc2's input is recomputed from it):
   // the backward's FP8 output gradient [N, max(3C, F)] and its transpose.
   uint8_t* fp8_dout_ = nullptr;

@@ -20,6 +20,12 @@
 //             arena shares the LayerNorm outputs between layers) or, under activation
 //             checkpointing, cast again from the LayerNorm output (kept per layer in kMlp,
 //             recomputed in kFull); dweight += FP8 GEMM(doutᵀ, inputᵀ).
+// The MLP's backward (MlpBackwardFp8), where fc2's input transpose is recomputed: fc2's
+// gradient cast (its transpose beside fc2's input transpose in the scratch), fc2's data
+// gradient, then one Backend::GeluCastFp8AndGrad reading fc1's pre-activation once for both
+// fc2's input transpose and fc1's gradient cast (dGELU, bias gradient), fc2's weight gradient,
+// fc1's backward: the same bytes as the two LinearBackward calls, one read of N·F BF16 values
+// fewer per layer.
 // Every recomputed operand uses the step's scales and is the bytes the forward's cast wrote:
 // the weightᵀ, the inputsᵀ of qkv, the projection and fc1, and fc2's inputᵀ (GeluCastFp8 of
 // the same kept pre-activation, as in the forward).
@@ -52,6 +58,10 @@ LinearDims DimsOf(const ModelConfig& c, int t) {
   const LinearDims dims[Fp8State::kLinears] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
   return dims[t];
 }
+
+// fc2's output-gradient transpose sits this far into fp8_input_ in MlpBackwardFp8, after fc2's
+// input transpose (a cuBLASLt operand: 256-byte aligned).
+size_t AfterInputTranspose(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -200,7 +210,7 @@ void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* 
 
 void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias,
                            void* dout, const void* pre_gelu, const void* inp, const void* weight,
-                           int N, int C, int OC) {
+                           int N, int C, int OC, bool cast_dout) {
   kernels::Backend& be = *backend_;
   if (fp8_ == nullptr) {
     be.MatmulBackward(dinp, dweight, dbias, dout, pre_gelu, inp, weight, N, C, OC);
@@ -230,9 +240,11 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
     inp_t = fp8_input_;
   }
   // dGELU (fc1), the bias gradient and the cast in one pass where the backend fuses them.
-  be.CastFp8Grad(fp8_dout_, fp8_dout_t_, dout, pre_gelu, dbias, N, OC, g_fmt, s.scale(g), s.amax(g),
-                 s.counts(g));
-  s.AddElements(g, static_cast<int64_t>(N) * OC);
+  if (cast_dout) {
+    be.CastFp8Grad(fp8_dout_, fp8_dout_t_, dout, pre_gelu, dbias, N, OC, g_fmt, s.scale(g),
+                   s.amax(g), s.counts(g));
+    s.AddElements(g, static_cast<int64_t>(N) * OC);
+  }
   if (dinp != nullptr) {
     // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous:
     // kept, or the step's FP8 weight transposed now (the bytes a cast of the transpose with
@@ -274,6 +286,72 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
   }
   be.MatmulFp8(dweight, fp8_dout_t_, g_fmt, s.scale_inv(g), inp_t, in_fmt, s.scale_inv(in), nullptr,
                OC, C, N, /*accumulate=*/true, false);
+}
+
+bool Model::MlpFp8FusedCasts(int l) const {
+  const ModelConfig& c = options_.config;
+  const size_t N = static_cast<size_t>(last_B_) * last_T_;
+  const Fp8LinearBuffers& fc2 =
+      fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2)];
+  // fc2's input transpose recomputed (not kept), fc2 trained (its weight gradient needs it),
+  // and room in fp8_input_ for that transpose [F, N] and fc2's output-gradient transpose [C, N]
+  // side by side (the latter must outlive fc1's gradient cast into fp8_dout_t_).
+  return fc2.input_t == nullptr && G(TensorKind::kFc2Weight, l) != nullptr &&
+         AfterInputTranspose(N * c.ffn) + N * c.hidden <= fp8_input_bytes_;
+}
+
+void Model::MlpBackwardFp8(int l) {
+  const ModelConfig& c = options_.config;
+  const int N = last_B_ * last_T_, C = c.hidden, F = c.ffn;
+  LayerActs& la = act_.layers[l];
+  if (!MlpFp8FusedCasts(l)) {
+    LinearBackward(l, Fp8Linear::kFc2, act_.dfc, G(TensorKind::kFc2Weight, l),
+                   G(TensorKind::kFc2Bias, l), act_.dresidual, nullptr, la.fc_gelu,
+                   P(TensorKind::kFc2Weight, l), N, F, C);
+    LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
+                   G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
+                   P(TensorKind::kFc1Weight, l), N, C, F);
+    return;
+  }
+  // The order: fc2's gradient cast (its transpose beside fc2's input transpose in fp8_input_),
+  // fc2's data gradient (dfc, the gradient w.r.t. GELU's output), then one pass over fc1's
+  // pre-activation writing fc2's input transpose (GELU, recomputed) and fc1's gradient cast
+  // (dGELU, fc1's bias gradient) into fp8_dout_ / fp8_dout_t_ (fc2's row-major gradient there
+  // is consumed by then), fc2's weight gradient, then fc1's backward without its cast. The
+  // same bytes, statistics and sums as the two LinearBackward calls (Backend::
+  // GeluCastFp8AndGrad's contract); only the order of independent work differs.
+  kernels::Backend& be = *backend_;
+  Fp8State& s = *fp8_;
+  Fp8LinearBuffers& b =
+      fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2)];
+  const int in2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kInput);
+  const int w2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kWeight);
+  const int g2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kGradOutput);
+  const int g1 = s.Index(l, Fp8Linear::kFc1, Fp8Role::kGradOutput);
+  const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
+  const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
+  const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
+  uint8_t* const fc2_dout_t = fp8_input_ + AfterInputTranspose(static_cast<size_t>(N) * F);
+  be.CastFp8Grad(fp8_dout_, fc2_dout_t, act_.dresidual, nullptr, G(TensorKind::kFc2Bias, l), N, C,
+                 g_fmt, s.scale(g2), s.amax(g2), s.counts(g2));
+  s.AddElements(g2, static_cast<int64_t>(N) * C);
+  const uint8_t* w_t = b.weight_t;
+  if (w_t == nullptr) {
+    be.TransposeFp8(fp8_weight_t_, b.weight, C, F);
+    w_t = fp8_weight_t_;
+  }
+  be.MatmulFp8(act_.dfc, fp8_dout_, g_fmt, s.scale_inv(g2), w_t, w_fmt, s.scale_inv(w2), nullptr,
+               N, F, C, false, false);
+  be.GeluCastFp8AndGrad(fp8_input_, in_fmt, s.scale(in2), reinterpret_cast<float*>(fp8_discard_),
+                        reinterpret_cast<uint64_t*>(fp8_discard_ + 8), fp8_dout_, fp8_dout_t_,
+                        act_.dfc, la.fc_pre, G(TensorKind::kFc1Bias, l), N, F, g_fmt, s.scale(g1),
+                        s.amax(g1), s.counts(g1), la.fc_gelu);
+  s.AddElements(g1, static_cast<int64_t>(N) * F);
+  be.MatmulFp8(G(TensorKind::kFc2Weight, l), fc2_dout_t, g_fmt, s.scale_inv(g2), fp8_input_, in_fmt,
+               s.scale_inv(in2), nullptr, C, F, N, /*accumulate=*/true, false);
+  LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
+                 G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
+                 P(TensorKind::kFc1Weight, l), N, C, F, /*cast_dout=*/false);
 }
 
 absl::Status Model::Fp8EndStep(bool apply, std::vector<Fp8TensorStat>* stats) {
