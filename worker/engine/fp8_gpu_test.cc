@@ -179,7 +179,8 @@ TEST(Fp8GpuTest, RecomputeKeepsTheLossAndTheStatistics) {
 // (ModelOptions::fp8_keep_transposes), deterministic kernels, at the scales of a first step:
 // every gradient is bit-identical (fc2's input, forward and recomputed, is GeluCastFp8 of the
 // same kept pre-activation), and the recomputing layout allocates the kept transposes' bytes
-// less.
+// less. The recomputing layouts run the MLP backward's fused cast (Backend::
+// GeluCastFp8AndGrad, Model::MlpBackwardFp8), the kept layout the two casts it replaces.
 TEST(Fp8GpuTest, RecomputedTransposesGiveTheKeptLayoutsGradients) {
   std::string why;
   if (!Fp8GpuOrNull(&why)) GTEST_SKIP() << why;
