@@ -9,8 +9,8 @@
 // the same per-row functions and casts y to FP8 instead of writing it; LayerNormFromStatsKernel
 // recomputes y from the kept statistics (the FP8 backward's unfused path): the same floats
 // through the same LayerNormChunk give the same BF16 y, so the same FP8 bytes.
-// Backward: one warp per row computes the input gradient and ADDS it to dinp (the residual
-// stream's gradient: +=); the weight and bias gradients (+=) are deterministic column sums of
+// Backward: the input gradient is ADDED to dinp (the residual stream's gradient: +=), by a
+// warp per row or, below, a block per row; the weight and bias gradients (+=) are deterministic column sums of
 // dout * xhat and dout over the rows (see reduce.cu). For C = 1024, 2048 and 4096 one kernel
 // does both in a single pass with a row spread over a block (LayerNormBackwardBlockKernel); for
 // C = 256, 512 and 768 one kernel with a warp per row (LayerNormBackwardFusedKernel); otherwise
