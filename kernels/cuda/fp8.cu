@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fp8_cast.cuh"
@@ -270,7 +271,9 @@ template <bool kE4M3, class Op, bool kSums>
 cudaError_t CastGrad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16* pre, bf16* dbias,
                      int rows, int cols, const float* scale, float* amax,
                      unsigned long long* counts, Scratch& scratch, cudaStream_t s) {
-  const CastTileGrid g = PlanCastTiles(rows, cols, CastTilesMaxBlocks<kE4M3, Op, kSums>());
+  // The grid GeluCastFp8AndGrad (fp8_gelu.cu) takes too, so its bias partials are these.
+  const CastTileGrid g =
+      CastFp8GradGrid(rows, cols, kE4M3, std::is_same_v<Op, GeluGradOp>, kSums);
   float* partial = nullptr;
   if (kSums) {
     partial = static_cast<float*>(scratch.Get(sizeof(float) * size_t(g.chunks) * cols));

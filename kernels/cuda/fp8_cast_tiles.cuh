@@ -46,6 +46,56 @@ __device__ __forceinline__ int SwizzledRow(int c, int r) {
   return (((r >> 3) ^ ((c >> 3) & 7)) << 3) | (r & 7);
 }
 
+// The pieces of a tile both tile kernels use (CastTilesBlock here, fp8_gelu.cu's fused GELU +
+// gradient cast), so the two form the same transposes and the same column sums. A thread of
+// kCastTileThreads owns columns lane_c .. lane_c + 7 of the tile's rows 2·rp and 2·rp + 1.
+
+// Puts this thread's codes of its two rows (q0: row 2·rp, q1: row 2·rp + 1; code j in byte j)
+// into the swizzled transposed tile: column lane_c + j gets bytes j of q0 and q1.
+__device__ __forceinline__ void PutTransposedCodes(uint8_t (&tile)[kCastTile][kCastTile],
+                                                   uint2 q0, uint2 q1, int lane_c, int rp) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const unsigned lo = j < 4 ? q0.x : q0.y, hi = j < 4 ? q1.x : q1.y;
+    const unsigned pair = __byte_perm(lo, hi, (j % 4) | ((4 + j % 4) << 4));
+    *reinterpret_cast<uint16_t*>(&tile[lane_c + j][SwizzledRow(lane_c + j, 2 * rp)]) =
+        static_cast<uint16_t>(pair);
+  }
+}
+
+// Stores the transposed tile of rows r0.. and columns c0.. into out_t [cols, rows]: row i of
+// the tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7, two rows i per thread.
+__device__ __forceinline__ void StoreTransposedTile(uint8_t* out_t,
+                                                    const uint8_t (&tile)[kCastTile][kCastTile],
+                                                    int r0, int c0, int rows, int cols) {
+  const int chunk = (threadIdx.x % 8) * 8;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int i = threadIdx.x / 8 + 32 * pass;
+    const int cc = c0 + i, rr = r0 + chunk;
+    if (cc < cols && rr < rows) {
+      *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
+          *reinterpret_cast<const uint2*>(&tile[i][SwizzledRow(i, chunk)]);
+    }
+  }
+}
+
+// partial[by, c0 + c] = the block's sum of column c0 + c: each thread's 8 column sums (over its
+// rows of the block's tiles) added over the threads in rp order (a fixed order). Every thread
+// calls it; col_sums is the block's scratch.
+__device__ __forceinline__ void StoreColumnSums(float (&col_sums)[kCastTileThreads / 8][kCastTile],
+                                                const float (&sums)[8], float* partial, int lane_c,
+                                                int rp, int c0, int cols, int by) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) col_sums[rp][lane_c + j] = sums[j];
+  __syncthreads();
+  if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
+    float acc = 0.f;
+    for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
+    partial[size_t(by) * cols + c0 + threadIdx.x] = acc;
+  }
+}
+
 // The Op concept (8 BF16 values packed in a uint4, value j in half j%2 of word j/2):
 //   static constexpr bool kReadsPre;  // whether it needs pre (same shape as inp)
 //   static constexpr bool kRowCol;    // whether it needs where the values are (and state)
@@ -170,41 +220,13 @@ __device__ __forceinline__ void CastTilesBlock(uint8_t* out, uint8_t* out_t,
         }
         if (out != nullptr) *reinterpret_cast<uint2*>(out + size_t(r + k) * cols + c) = q[k];
       }
-      // Column lane_c + j gets the two rows' codes j: bytes j of q[0] and q[1].
-#pragma unroll
-      for (int j = 0; j < 8 && !kRowsOnly; ++j) {
-        const unsigned lo = j < 4 ? q[0].x : q[0].y, hi = j < 4 ? q[1].x : q[1].y;
-        const unsigned pair = __byte_perm(lo, hi, (j % 4) | ((4 + j % 4) << 4));
-        *reinterpret_cast<uint16_t*>(&tile_t[lane_c + j][SwizzledRow(lane_c + j, 2 * rp)]) =
-            static_cast<uint16_t>(pair);
-      }
+      if (!kRowsOnly) PutTransposedCodes(tile_t, q[0], q[1], lane_c, rp);
     }
     if (kRowsOnly) continue;
     __syncthreads();
-    if (out_t != nullptr) {
-      // Row i of the transposed tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7.
-      const int chunk = (threadIdx.x % 8) * 8;
-#pragma unroll
-      for (int pass = 0; pass < 2; ++pass) {
-        const int i = threadIdx.x / 8 + 32 * pass;
-        const int cc = c0 + i, rr = r0 + chunk;
-        if (cc < cols && rr < rows) {
-          *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
-              *reinterpret_cast<const uint2*>(&tile_t[i][SwizzledRow(i, chunk)]);
-        }
-      }
-    }
+    if (out_t != nullptr) StoreTransposedTile(out_t, tile_t, r0, c0, rows, cols);
   }
-  if (kSums) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) col_sums[rp][lane_c + j] = sums[j];
-    __syncthreads();
-    if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
-      float acc = 0.f;
-      for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
-      partial[size_t(by) * cols + c0 + threadIdx.x] = acc;
-    }
-  }
+  if constexpr (kSums) StoreColumnSums(col_sums, sums, partial, lane_c, rp, c0, cols, by);
   FlushCastStats(st, s_stats, threadIdx.x, amax, counts);  // synchronises before it reads
 }
 

@@ -116,18 +116,11 @@ __global__ void __launch_bounds__(kCastTileThreads, 3)
           *reinterpret_cast<uint2*>(g_out + size_t(r + k) * cols + c) = qg[k];
         }
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int sw = SwizzledRow(lane_c + j, 2 * rp), sel = (j % 4) | ((4 + j % 4) << 4);
-        const unsigned glo = j < 4 ? qg[0].x : qg[0].y, ghi = j < 4 ? qg[1].x : qg[1].y;
-        const unsigned hlo = j < 4 ? qh[0].x : qh[0].y, hhi = j < 4 ? qh[1].x : qh[1].y;
-        *reinterpret_cast<uint16_t*>(&tile_g[lane_c + j][sw]) =
-            static_cast<uint16_t>(__byte_perm(glo, ghi, sel));
-        *reinterpret_cast<uint16_t*>(&tile_h[lane_c + j][sw]) =
-            static_cast<uint16_t>(__byte_perm(hlo, hhi, sel));
-      }
+      PutTransposedCodes(tile_g, qg[0], qg[1], lane_c, rp);
+      PutTransposedCodes(tile_h, qh[0], qh[1], lane_c, rp);
     }
     __syncthreads();
+    // Both transposed tiles in one pass (StoreTransposedTile's rows and addresses, shared).
     const int chunk = (threadIdx.x % 8) * 8;
 #pragma unroll
     for (int pass = 0; pass < 2; ++pass) {
@@ -144,16 +137,7 @@ __global__ void __launch_bounds__(kCastTileThreads, 3)
       }
     }
   }
-  if (kSums) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) col_sums[rp][lane_c + j] = sums[j];
-    __syncthreads();
-    if (threadIdx.x < kCastTile && c0 + threadIdx.x < cols) {
-      float acc = 0.f;
-      for (int l = 0; l < kCastTileThreads / 8; ++l) acc += col_sums[l][threadIdx.x];
-      partial[size_t(by) * cols + c0 + threadIdx.x] = acc;
-    }
-  }
+  if constexpr (kSums) StoreColumnSums(col_sums, sums, partial, lane_c, rp, c0, cols, by);
   FlushCastStats(st, s_stats, threadIdx.x, g_amax, g_counts);  // synchronises before it reads
 }
 
