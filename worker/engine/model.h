@@ -307,6 +307,9 @@ class Model {
   // pre-activation in one Backend::GeluCastFp8AndGrad (fc2's weight gradient after it); else
   // the two LinearBackward calls.
   void MlpBackwardFp8(int l);
+  // FP8 Linear t's data gradient dinp[N,C] from the FP8 output gradient in fp8_dout_ and the
+  // weight's transpose (kept, or transposed now into fp8_weight_t_).
+  void DataGradientFp8(int layer, Fp8Linear t, void* dinp, int N, int C, int OC);
   bool MlpFp8FusedCasts(int l) const;
   absl::Status AllocateFp8();
   // Casts every FP8 Linear's weight (and its transpose where kept) with the step's scales in

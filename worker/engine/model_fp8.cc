@@ -208,6 +208,23 @@ void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* 
   fp8_input_cast_by_ln_ = linear;
 }
 
+void Model::DataGradientFp8(int layer, Fp8Linear t, void* dinp, int N, int C, int OC) {
+  Fp8State& s = *fp8_;
+  const Fp8LinearBuffers& b =
+      fp8_linears_[static_cast<size_t>(layer) * Fp8State::kLinears + static_cast<int>(t)];
+  const int w = s.Index(layer, t, Fp8Role::kWeight), g = s.Index(layer, t, Fp8Role::kGradOutput);
+  // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous:
+  // kept, or the step's FP8 weight transposed now (the bytes a cast of the transpose with the
+  // same scale gives, one byte read per weight instead of two).
+  const uint8_t* w_t = b.weight_t;
+  if (w_t == nullptr) {
+    backend_->TransposeFp8(fp8_weight_t_, b.weight, OC, C);
+    w_t = fp8_weight_t_;
+  }
+  backend_->MatmulFp8(dinp, fp8_dout_, s.Format(Fp8Role::kGradOutput), s.scale_inv(g), w_t,
+                      s.Format(Fp8Role::kWeight), s.scale_inv(w), nullptr, N, C, OC, false, false);
+}
+
 void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, void* dbias,
                            void* dout, const void* pre_gelu, const void* inp, const void* weight,
                            int N, int C, int OC, bool cast_dout) {
@@ -217,12 +234,10 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
     return;
   }
   Fp8State& s = *fp8_;
-  Fp8LinearBuffers& b =
+  const Fp8LinearBuffers& b =
       fp8_linears_[static_cast<size_t>(layer) * Fp8State::kLinears + static_cast<int>(t)];
-  const int in = s.Index(layer, t, Fp8Role::kInput), w = s.Index(layer, t, Fp8Role::kWeight);
-  const int g = s.Index(layer, t, Fp8Role::kGradOutput);
+  const int in = s.Index(layer, t, Fp8Role::kInput), g = s.Index(layer, t, Fp8Role::kGradOutput);
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
-  const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
   const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
   float* const discard_amax = reinterpret_cast<float*>(fp8_discard_);
   uint64_t* const discard_counts = reinterpret_cast<uint64_t*>(fp8_discard_ + 8);
@@ -245,18 +260,7 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
                    s.amax(g), s.counts(g));
     s.AddElements(g, static_cast<int64_t>(N) * OC);
   }
-  if (dinp != nullptr) {
-    // dinp[N,C] = dout[N,OC] · W[OC,C]: K = OC, the weight's transpose [C,OC] is K-contiguous:
-    // kept, or the step's FP8 weight transposed now (the bytes a cast of the transpose with
-    // the same scale gives, one byte read per weight instead of two).
-    const uint8_t* w_t = b.weight_t;
-    if (w_t == nullptr) {
-      be.TransposeFp8(fp8_weight_t_, b.weight, OC, C);
-      w_t = fp8_weight_t_;
-    }
-    be.MatmulFp8(dinp, fp8_dout_, g_fmt, s.scale_inv(g), w_t, w_fmt, s.scale_inv(w), nullptr, N, C,
-                 OC, false, false);
-  }
+  if (dinp != nullptr) DataGradientFp8(layer, t, dinp, N, C, OC);
   // dW[OC,C] += doutᵀ[OC,N] · inp[N,C]: K = N, both transposes are K-contiguous. A frozen
   // weight (training.freeze_layers) has no gradient.
   if (dweight == nullptr) return;
@@ -322,26 +326,16 @@ void Model::MlpBackwardFp8(int l) {
   // GeluCastFp8AndGrad's contract); only the order of independent work differs.
   kernels::Backend& be = *backend_;
   Fp8State& s = *fp8_;
-  Fp8LinearBuffers& b =
-      fp8_linears_[static_cast<size_t>(l) * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2)];
   const int in2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kInput);
-  const int w2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kWeight);
   const int g2 = s.Index(l, Fp8Linear::kFc2, Fp8Role::kGradOutput);
   const int g1 = s.Index(l, Fp8Linear::kFc1, Fp8Role::kGradOutput);
   const kernels::Fp8Format in_fmt = s.Format(Fp8Role::kInput);
-  const kernels::Fp8Format w_fmt = s.Format(Fp8Role::kWeight);
   const kernels::Fp8Format g_fmt = s.Format(Fp8Role::kGradOutput);
   uint8_t* const fc2_dout_t = fp8_input_ + AfterInputTranspose(static_cast<size_t>(N) * F);
   be.CastFp8Grad(fp8_dout_, fc2_dout_t, act_.dresidual, nullptr, G(TensorKind::kFc2Bias, l), N, C,
                  g_fmt, s.scale(g2), s.amax(g2), s.counts(g2));
   s.AddElements(g2, static_cast<int64_t>(N) * C);
-  const uint8_t* w_t = b.weight_t;
-  if (w_t == nullptr) {
-    be.TransposeFp8(fp8_weight_t_, b.weight, C, F);
-    w_t = fp8_weight_t_;
-  }
-  be.MatmulFp8(act_.dfc, fp8_dout_, g_fmt, s.scale_inv(g2), w_t, w_fmt, s.scale_inv(w2), nullptr,
-               N, F, C, false, false);
+  DataGradientFp8(l, Fp8Linear::kFc2, act_.dfc, N, F, C);
   be.GeluCastFp8AndGrad(fp8_input_, in_fmt, s.scale(in2), reinterpret_cast<float*>(fp8_discard_),
                         reinterpret_cast<uint64_t*>(fp8_discard_ + 8), fp8_dout_, fp8_dout_t_,
                         act_.dfc, la.fc_pre, G(TensorKind::kFc1Bias, l), N, F, g_fmt, s.scale(g1),
