@@ -195,14 +195,15 @@ cudaError_t CastFp8Batch(const CastBatchJob* jobs, int n, bool e4m3, cudaStream_
 
 namespace {
 
-// TransposeFp8: a 64 x 64 byte tile per block of 256 threads. Thread t reads 16 bytes of tile
+// TransposeFp8 on shapes the wide kernel below does not take (TransposeFp8AnyKernel): a
+// 64 x 64 byte tile per block of 256 threads. Thread t reads 16 bytes of tile
 // row t/4 (one 16-byte load where `vec`: rows and cols multiples of 16, 16-byte-aligned
 // pointers; else byte by byte within bounds) into shared memory (row pitch 68: 4-byte stores,
 // few bank conflicts), then writes 16 bytes of output row t/4 (input column c0 + t/4): input
 // rows r0 + 16·(t%4) .. + 15 gathered from the tile.
 constexpr int kTransposeTile = 64;
 __global__ void __launch_bounds__(256)
-    TransposeFp8Kernel(uint8_t* out, const uint8_t* in, int rows, int cols, bool vec) {
+    TransposeFp8AnyKernel(uint8_t* out, const uint8_t* in, int rows, int cols, bool vec) {
   __shared__ __align__(16) uint8_t tile[kTransposeTile][kTransposeTile + 4];
   const int r0 = blockIdx.y * kTransposeTile, c0 = blockIdx.x * kTransposeTile;
   const int i = threadIdx.x / 4, k = (threadIdx.x % 4) * 16;
@@ -241,20 +242,88 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// TransposeFp8 where rows and cols are multiples of 16 and both pointers 16-byte aligned (every
+// weight of the benchmark models): a 128 x 128 byte tile per block of 256 threads, 4 16-byte
+// loads in flight per thread (the 64 x 64 kernel had one: at ~1.8 TB/s on hidden-2048's
+// weights it was bound by its blocks' short lives, not by DRAM). Shared memory holds the tile
+// as 32-bit words, row R's word w at column w ^ 4·((R / 16) % 8): the loads' 16-byte stores and
+// the gathers below are then free of bank conflicts. Thread (cw, rg) reads the words of column
+// group cw (input columns 4·cw .. 4·cw + 3) in input rows 16·rg .. 16·rg + 15, transposes them
+// 4 x 4 bytes at a time with byte permutes, and writes 16 bytes to each of output rows
+// c0 + 4·cw .. + 3 (input rows r0 + 16·rg ..): lanes run over rg first, so each store of a
+// warp is four whole 128-byte rows.
+constexpr int kWideTile = 128;
+__global__ void __launch_bounds__(256)
+    TransposeFp8WideKernel(uint8_t* out, const uint8_t* in, int rows, int cols) {
+  __shared__ __align__(16) uint32_t tile[kWideTile][kWideTile / 4];
+  const int r0 = blockIdx.y * kWideTile, c0 = blockIdx.x * kWideTile;
+  {
+    const int c = threadIdx.x % 8;  // 16-byte chunk of a row: words 4c .. 4c + 3
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = r0 + threadIdx.x / 8 + 32 * j;
+      v[j] = make_uint4(0, 0, 0, 0);
+      if (r < rows && c0 + 16 * c < cols) {
+        v[j] = *reinterpret_cast<const uint4*>(in + size_t(r) * cols + c0 + 16 * c);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int R = threadIdx.x / 8 + 32 * j;
+      *reinterpret_cast<uint4*>(&tile[R][4 * (c ^ ((R / 16) % 8))]) = v[j];
+    }
+  }
+  __syncthreads();
+  const int rg = threadIdx.x % 8, cw = threadIdx.x / 8;  // input rows 16·rg.., columns 4·cw..
+  const int orow = r0 + 16 * rg;                        // the output rows' first column
+  if (orow >= rows) return;
+  uint32_t y[4][4];  // y[b][q]: output row c0 + 4·cw + b, its word q
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t x[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) x[m] = tile[16 * rg + 4 * q + m][cw ^ (4 * rg)];
+    const uint32_t lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
+    const uint32_t hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
+    y[0][q] = __byte_perm(lo01, lo23, 0x5410);
+    y[1][q] = __byte_perm(lo01, lo23, 0x7632);
+    y[2][q] = __byte_perm(hi01, hi23, 0x5410);
+    y[3][q] = __byte_perm(hi01, hi23, 0x7632);
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const int oc = c0 + 4 * cw + b;
+    if (oc < cols) {
+      *reinterpret_cast<uint4*>(out + size_t(oc) * rows + orow) =
+          make_uint4(y[b][0], y[b][1], y[b][2], y[b][3]);
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
 bool g_rows_only_kernels = true;
+bool g_fused_cast_grid = true;  // SetFp8GeluGradFusedGrid
+bool g_wide_transpose = true;   // SetFp8WideTranspose
 }  // namespace
 
 void SetFp8CastRowsOnlyKernels(bool on) { g_rows_only_kernels = on; }
+void SetFp8GeluGradFusedGrid(bool on) { g_fused_cast_grid = on; }
+void SetFp8WideTranspose(bool on) { g_wide_transpose = on; }
 bool Fp8CastRowsOnlyKernels() { return g_rows_only_kernels; }
 
 cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const bool vec = rows % 16 == 0 && cols % 16 == 0 && Aligned(in, 16) && Aligned(out, 16);
+  if (vec && g_wide_transpose) {
+    const dim3 grid(CeilDiv(cols, kWideTile), CeilDiv(rows, kWideTile));
+    TransposeFp8WideKernel<<<grid, 256, 0, s>>>(out, in, rows, cols);
+    return cudaGetLastError();
+  }
   const dim3 grid(CeilDiv(cols, kTransposeTile), CeilDiv(rows, kTransposeTile));
-  TransposeFp8Kernel<<<grid, 256, 0, s>>>(out, in, rows, cols, vec);
+  TransposeFp8AnyKernel<<<grid, 256, 0, s>>>(out, in, rows, cols, vec);
   return cudaGetLastError();
 }
 
@@ -287,10 +356,15 @@ cudaError_t CastGrad(uint8_t* out, uint8_t* out_t, const bf16* dout, const bf16*
 
 template <bool kE4M3>
 CastTileGrid GradGrid(int rows, int cols, bool dgelu, bool sums) {
-  const int max_blocks = dgelu ? (sums ? CastTilesMaxBlocks<kE4M3, GeluGradOp, true>()
-                                       : CastTilesMaxBlocks<kE4M3, GeluGradOp, false>())
-                               : (sums ? CastTilesMaxBlocks<kE4M3, CastOp, true>()
-                                       : CastTilesMaxBlocks<kE4M3, CastOp, false>());
+  int max_blocks = dgelu ? (sums ? CastTilesMaxBlocks<kE4M3, GeluGradOp, true>()
+                                 : CastTilesMaxBlocks<kE4M3, GeluGradOp, false>())
+                         : (sums ? CastTilesMaxBlocks<kE4M3, CastOp, true>()
+                                 : CastTilesMaxBlocks<kE4M3, CastOp, false>());
+  // The fused GELU + gradient cast fits 3 blocks per SM to this kernel's 4: planned for 4, a
+  // third of its grid ran as a second, one-block-per-SM wave.
+  if (dgelu && g_fused_cast_grid) {
+    max_blocks = std::min(max_blocks, GeluCastAndGradMaxBlocks(kE4M3, sums));
+  }
   return PlanCastTiles(rows, cols, max_blocks);
 }
 

@@ -10,7 +10,9 @@
 // the Backend default (GeluForward into a BF16 scratch, then CastFp8). Times through
 // CudaBackend (CUDA events, median of --reps after a warm-up). Last, the MLP backward's fused
 // GeluCastFp8AndGrad against the two casts it replaces (GB/s: the fused op's bytes, 7 per
-// element, and the two casts', 9). GB/s counts each input read once
+// element, and the two casts', 9), on the grid planned for the fused kernel and on CastFp8Grad's
+// own (kernels::cuda::SetFp8GeluGradFusedGrid); and the backward's FP8 weight transposes
+// (TransposeFp8, the four of a layer) on its 128 x 128 and 64 x 64 tile kernels. GB/s counts each input read once
 // and each output written once (for the default: the fused op's bytes, not its own).
 //
 //   fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20]
@@ -223,19 +225,46 @@ int main(int argc, char** argv) {
     // The MLP backward's two casts over fc1's pre-activation (fc2's recomputed input transpose,
     // fc1's gradient cast with dGELU and the bias gradient): one kernel (GeluCastFp8AndGrad)
     // against the two (CudaBackend::set_fused_gelu_grad(false)); per step once per layer.
+    // Each on the grid planned for one wave of the fused kernel (the default) and on the grid
+    // planned for CastFp8Grad's own kernel (SetFp8GeluGradFusedGrid(false), what ran before).
     uint8_t* in_t = static_cast<uint8_t*>(b.Raw(N * w.F));
-    for (const bool fused : {true, false}) {
-      be->set_fused_gelu_grad(fused);
-      const double ms = b.Time([&] {
-        be->GeluCastFp8AndGrad(in_t, Fp8Format::kE4M3, act_scale, amax, counts, out, out_t, dout,
-                               pre, dbias, w.N, w.F, Fp8Format::kE5M2, grad_scale, amax, counts,
-                               scratch);
-      });
-      const double step = Row(fused ? "gelu recomp + grad fc1" : "  two casts", w.N, w.F, ms,
-                              N * w.F * (fused ? 7.0 : 9.0), w.layers);
-      if (fused) bwd += step;
+    for (const bool fused_grid : {true, false}) {
+      boulder::kernels::cuda::SetFp8GeluGradFusedGrid(fused_grid);
+      for (const bool fused : {true, false}) {
+        be->set_fused_gelu_grad(fused);
+        const double ms = b.Time([&] {
+          be->GeluCastFp8AndGrad(in_t, Fp8Format::kE4M3, act_scale, amax, counts, out, out_t,
+                                 dout, pre, dbias, w.N, w.F, Fp8Format::kE5M2, grad_scale, amax,
+                                 counts, scratch);
+        });
+        const char* name = fused_grid ? (fused ? "gelu recomp + grad fc1" : "  two casts")
+                                      : (fused ? "  (cast grad's grid)" : "  two (cast grad's)");
+        const double step =
+            Row(name, w.N, w.F, ms, N * w.F * (fused ? 7.0 : 9.0), w.layers);
+        if (fused && fused_grid) bwd += step;
+      }
     }
+    boulder::kernels::cuda::SetFp8GeluGradFusedGrid(true);
     be->set_fused_gelu_grad(true);
+    // The backward's weight transposes where the layout keeps none (TransposeFp8 of qkv's,
+    // the projection's, fc1's and fc2's FP8 weight, once per layer each): the 128 x 128 tile
+    // kernel, then the 64 x 64 one it replaced (SetFp8WideTranspose(false)). GB/s: one byte
+    // read and one written per weight.
+    {
+      const int shapes[4][2] = {{3 * w.C, w.C}, {w.C, w.C}, {w.F, w.C}, {w.C, w.F}};
+      uint8_t* wq = static_cast<uint8_t*>(b.Raw(size_t(w.F) * w.C));
+      uint8_t* wt = static_cast<uint8_t*>(b.Raw(size_t(w.F) * w.C));
+      for (const bool wide : {true, false}) {
+        boulder::kernels::cuda::SetFp8WideTranspose(wide);
+        double ms = 0, bytes = 0;
+        for (const auto& shape : shapes) {
+          ms += b.Time([&] { be->TransposeFp8(wt, wq, shape[0], shape[1]); });
+          bytes += 2.0 * shape[0] * shape[1];
+        }
+        Row(wide ? "weight transposes" : "  64 x 64 tiles", 4, w.C, ms, bytes, w.layers);
+      }
+      boulder::kernels::cuda::SetFp8WideTranspose(true);
+    }
     if (absl::Status s = be->Synchronize(); !s.ok()) Die(s.ToString());
     std::printf("  per step: forward casts %.3f ms, backward casts %.3f ms, gelu casts %.3f ms\n",
                 fwd, bwd, gelu);

@@ -268,10 +268,15 @@ inline CastTileGrid PlanCastTiles(int rows, int cols, int max_blocks) {
   return {(row_tiles + per_chunk - 1) / per_chunk, per_chunk};
 }
 
-// The grid CastFp8Grad plans for rows x cols (fp8.cu: its kernel's occupancy), in the format
-// (e4m3) with or without dGELU and column sums. A kernel that must give CastFp8Grad's column
-// sums bit for bit (the same chunks of rows) uses it.
+// The grid CastFp8Grad plans for rows x cols (fp8.cu), in the format (e4m3) with or without
+// dGELU and column sums: one wave of its kernel, and with dGELU one wave of the fused GELU +
+// gradient cast (GeluCastAndGradMaxBlocks: fewer blocks fit per SM), which the MLP backward
+// runs in its place. A kernel that must give CastFp8Grad's column sums bit for bit (the same
+// chunks of rows) uses it.
 CastTileGrid CastFp8GradGrid(int rows, int cols, bool e4m3, bool dgelu, bool sums);
+// How many blocks of GeluCastFp8AndGrad's kernel (fp8_gelu.cu) fill the current device once,
+// the fewest over its input formats, for the gradient format (e4m3) with or without sums.
+int GeluCastAndGradMaxBlocks(bool e4m3, bool sums);
 
 // Launches CastTilesKernel over about one wave of blocks: chunks of row tiles per column
 // strip, g.chunks of them (the rows of partial), with op (for an Op with kRowCol); its

@@ -15,6 +15,7 @@
 // of blocks. Other shapes take a per-element 64x64 tile kernel (GeluCastFp8AnyShape).
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -290,6 +291,35 @@ cudaError_t GeluCastAndGradSums(uint8_t* in_t, const float* in_scale, uint8_t* g
 }
 
 }  // namespace
+
+namespace {
+
+template <bool kInE4M3, bool kGradE4M3, bool kSums>
+int FusedBlocksPerSm() {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, GeluCastAndGradKernel<kInE4M3, kGradE4M3, kSums>, kCastTileThreads, 0);
+  return std::max(1, per_sm);
+}
+
+template <bool kGradE4M3, bool kSums>
+int FusedMaxBlocks() {
+  static const int max_blocks = [] {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return std::max(1, sms) * std::min(FusedBlocksPerSm<true, kGradE4M3, kSums>(),
+                                       FusedBlocksPerSm<false, kGradE4M3, kSums>());
+  }();
+  return max_blocks;
+}
+
+}  // namespace
+
+int GeluCastAndGradMaxBlocks(bool e4m3, bool sums) {
+  if (e4m3) return sums ? FusedMaxBlocks<true, true>() : FusedMaxBlocks<true, false>();
+  return sums ? FusedMaxBlocks<false, true>() : FusedMaxBlocks<false, false>();
+}
 
 bool GeluCastFp8AndGradFusable(const void* in_t, const void* g_out, const void* g_out_t,
                                const void* dout, const void* pre, int rows, int cols) {

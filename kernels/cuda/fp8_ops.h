@@ -26,8 +26,19 @@ cudaError_t CastFp8(uint8_t* out, uint8_t* out_t, const __nv_bfloat16* inp, int 
 // launching.
 void SetFp8CastRowsOnlyKernels(bool on);
 
+// On (the default), CastFp8GradGrid plans a dGELU cast's grid for one wave of the fused GELU +
+// gradient cast (fp8_cast_tiles.cuh), which fits fewer blocks per SM; off, for one wave of
+// CastFp8Grad's own kernel (what ran before). Either way CastFp8Grad and GeluCastFp8AndGrad
+// take the same grid, so their bias sums agree bit for bit; the sums differ between the two
+// settings (other chunks of rows). For fp8_cast_bench's comparison; not thread-safe.
+void SetFp8GeluGradFusedGrid(bool on);
+
 // Backend::TransposeFp8: out[cols, rows] = in[rows, cols]ᵀ, bytes.
 cudaError_t TransposeFp8(uint8_t* out, const uint8_t* in, int rows, int cols, cudaStream_t s);
+// On (the default), TransposeFp8 runs its 128 x 128 tile kernel where rows and cols are
+// multiples of 16 and the pointers 16-byte aligned; off, the 64 x 64 kernel it keeps for other
+// shapes (what ran before): the same bytes, for fp8_cast_bench and the tests. Not thread-safe.
+void SetFp8WideTranspose(bool on);
 
 // Backend::CastFp8Batch: CastFp8 of each job in as few launches as the kernel-parameter space
 // allows (kCastBatchMax jobs per launch, one block per 64-column strip and chunk of row tiles

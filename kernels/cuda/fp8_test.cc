@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -24,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_ops.h"
 
 namespace boulder::kernels::cuda {
 namespace {
@@ -481,13 +483,21 @@ TEST_F(CudaFp8Test, GeluForwardMatchesCpu) {
   }
 }
 
-// TransposeFp8: the FP8 weight's bytes transposed, for aligned multiples of 16 (16-byte moves)
-// and odd shapes (bytes), partial tiles included; equal to CastFp8's own transpose.
+// TransposeFp8: the FP8 weight's bytes transposed, for aligned multiples of 16 (the 128 x 128
+// tile kernel, and the 64 x 64 one it replaced: SetFp8WideTranspose) and odd shapes (bytes),
+// partial tiles included; equal to CastFp8's own transpose.
 TEST_F(CudaFp8Test, TransposeFp8IsTheCastsTranspose) {
-  const int shapes[][2] = {{768, 768}, {2304, 768}, {3072, 768}, {192, 80}, {40, 24}, {7, 13}};
-  for (const auto& shape : shapes) {
+  struct Restore {
+    ~Restore() { SetFp8WideTranspose(true); }
+  } restore;
+  const int shapes[][2] = {{768, 768},  {2304, 768}, {3072, 768}, {6144, 2048}, {2048, 8192},
+                           {192, 80},   {144, 400},  {16, 16},    {40, 24},     {7, 13}};
+  for (int i = 0; i < 2 * int(std::size(shapes)); ++i) {
+    const bool wide = i < int(std::size(shapes));
+    const auto& shape = shapes[i % std::size(shapes)];
+    SetFp8WideTranspose(wide);
     const int rows = shape[0], cols = shape[1];
-    SCOPED_TRACE(absl::StrCat(rows, "x", cols));
+    SCOPED_TRACE(absl::StrCat(rows, "x", cols, wide ? " (128 x 128 tiles)" : " (64 x 64 tiles)"));
     const size_t n = size_t(rows) * cols;
     void* x = UploadBF16(Inputs(n, 0.05f, /*specials=*/true));
     uint8_t* q = Upload(std::vector<uint8_t>(n, 0x55));

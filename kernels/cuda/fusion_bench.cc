@@ -22,7 +22,8 @@
 //                  kernel for C >= 1024 (SetLayerNormReferenceKernels);
 //   ln+fp8 q       the forward as training runs it (FP8 rows only: a row kernel), and each
 //                  LayerNorm forward op against the kernels it ran before (the chunk loop,
-//                  the FP8 ops on the 32-row tile: kernels::cuda::SetLayerNormReferenceKernels).
+//                  the FP8 ops on the 32-row tile: kernels::cuda::SetLayerNormReferenceKernels),
+//                  and the forward with a transpose at 8, 16 and 32 warps per block.
 // "per step" multiplies by the op's count in one step (layers, or 2 x layers for the LayerNorm).
 //
 //   fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic]
@@ -286,6 +287,20 @@ int main(int argc, char** argv) {
             N * C * bytes[i] / (tile[i] * 1e-3) / 1e9, 2 * w.layers, now[i] * 2 * w.layers,
             tile[i] * 2 * w.layers);
       }
+      // The forward with a transpose at each block size (kernels::cuda::SetLayerNormFp8BlockWarps;
+      // "auto" is the launcher's choice).
+      std::printf("  ln+fp8 q,qT per block size:");
+      for (const int warps : {0, 8, 16, 32}) {
+        boulder::kernels::cuda::SetLayerNormFp8BlockWarps(warps);
+        const double ms = b.Time(op);
+        if (warps == 0) {
+          std::printf("  auto %.4f ms", ms);
+        } else {
+          std::printf("  %d warps %.4f ms", warps, ms);
+        }
+      }
+      boulder::kernels::cuda::SetLayerNormFp8BlockWarps(0);
+      std::printf("\n");
     }
     std::printf("  total saved per step: %.3f ms; fused GEMMs run unfused (no algorithm): %d\n",
                 saved, be->unfused_fallbacks());

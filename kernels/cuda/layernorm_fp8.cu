@@ -11,6 +11,7 @@
 //     (fp8_cast_tiles.cuh) with LayerNormFromStatsOp.
 // SetLayerNormReferenceKernels(true) sends all of them through LayerNormFp8Kernel with its chunk
 // loop (the kernels the others replaced), for the tests' and fusion_bench's comparisons.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -30,8 +31,10 @@ namespace {
 // the row-major FP8 as 8-byte words. The tile's FP8 rows also go to shared memory
 // ([kFp8Rows][C + 8] bytes, dynamic), from which the block writes the transpose: each thread
 // gathers 8 rows of one column into an 8-byte word of out_t's row (32-byte runs per column).
-// The BF16 y is never written. kWarps is 8 (4 rows per warp), or 16 where 8-warp blocks would
-// leave the GPU short of warps (see Fp8BlockWarps). kFromStats (Backend::LayerNormFp8FromStats):
+// The BF16 y is never written. kWarps is 8, 16 or 32 (4, 2 or 1 rows per warp): the fewest
+// that keep the GPU's warp slots about full (see Fp8BlockWarps): a warp's rows run one after
+// another, each a chain of dependent loads and reductions, so the kernel is latency-bound where
+// warps are few. kFromStats (Backend::LayerNormFp8FromStats):
 // the rows are inp's as they stand and their mean and rstd are read from kept_mean and
 // kept_rstd (nothing is written but the FP8 outputs and the statistics of the cast).
 constexpr int kFp8Rows = 32;
@@ -185,31 +188,52 @@ int MaxDynamicSmem() {
 
 size_t Fp8TileBytes(int C) { return size_t(kFp8Rows) * Fp8TilePitch(C); }
 
-// Warps per block: 8 unless that gives fewer than about 3 blocks per SM, as on 8192 rows (seed,
-// hidden-2048: 256 blocks on the H200's 132 SMs, 16 warps per SM); then 16 (twice the warps on
-// the same tiles: 2 rows per warp, the transpose still written in 32-byte runs).
-int Fp8BlockWarps(int N) {
-  static const int min_blocks = [] {
-    int dev = 0, sms = 0;
+// Warps per block: the fewest of 8, 16 and 32 with which the N / 32 blocks give the device
+// about as many warps as its SMs hold (the blocks that fit by shared memory, C's tile, taken
+// into account); 32 where none does. GPT-2's 16384 rows: 512 blocks of 16 warps (8 gave 31
+// warps per SM of 64: ncu counted 44% of warps active, the kernel at 45% of DRAM bandwidth);
+// 8192 rows (seed, hidden-2048): 256 blocks of 32. SetLayerNormFp8BlockWarps overrides it.
+int g_fp8_block_warps = 0;  // 0: Fp8BlockWarps chooses
+
+int Fp8BlockWarps(int N, int C) {
+  if (g_fp8_block_warps != 0) return g_fp8_block_warps;
+  struct Device {
+    int sms, warps_per_sm, smem_per_sm;
+  };
+  static const Device d = [] {
+    int dev = 0;
+    Device got{};
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return 3 * sms;
+    cudaDeviceGetAttribute(&got.sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&got.warps_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
+    cudaDeviceGetAttribute(&got.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    got.warps_per_sm /= 32;
+    return got;
   }();
-  return CeilDiv(N, kFp8Rows) >= unsigned(min_blocks) ? 8 : 16;
+  const long blocks = CeilDiv(N, kFp8Rows);
+  const long tile = long(Fp8TileBytes(C)) + 1024;  // + the static statistics and reserve
+  for (const int warps : {8, 16}) {
+    const long per_sm =
+        std::min<long>(d.warps_per_sm / warps, std::max<long>(1, d.smem_per_sm / tile));
+    const long resident = std::min(blocks, per_sm * d.sms) * warps;
+    if (10 * resident >= 9L * d.sms * d.warps_per_sm) return warps;
+  }
+  return 32;
 }
 
-// The LayerNormFp8Kernel instance for `warps` warps per block (Fp8BlockWarps: 8 or 16).
+// The LayerNormFp8Kernel instance for `warps` warps per block (Fp8BlockWarps: 8, 16 or 32).
 template <bool kResidual, bool kFromStats>
 auto Fp8Kernel(int warps) {
-  return warps == 8 ? LayerNormFp8Kernel<kResidual, kFromStats, 8>
-                    : LayerNormFp8Kernel<kResidual, kFromStats, 16>;
+  return warps == 8    ? LayerNormFp8Kernel<kResidual, kFromStats, 8>
+         : warps == 16 ? LayerNormFp8Kernel<kResidual, kFromStats, 16>
+                       : LayerNormFp8Kernel<kResidual, kFromStats, 32>;
 }
 
 // Lets every LayerNormFp8Kernel take the device's whole opt-in shared memory (once).
 cudaError_t AllowFp8TileSmem() {
   static const cudaError_t err = [] {
     const int bytes = MaxDynamicSmem();
-    for (const int warps : {8, 16}) {
+    for (const int warps : {8, 16, 32}) {
       for (const void* k : {reinterpret_cast<const void*>(Fp8Kernel<true, false>(warps)),
                             reinterpret_cast<const void*>(Fp8Kernel<false, false>(warps)),
                             reinterpret_cast<const void*>(Fp8Kernel<false, true>(warps))}) {
@@ -227,6 +251,10 @@ bool Aligned(const void* p, uintptr_t bytes) {
 }
 
 }  // namespace
+
+void SetLayerNormFp8BlockWarps(int warps) {
+  g_fp8_block_warps = (warps == 8 || warps == 16 || warps == 32) ? warps : 0;
+}
 
 bool LayerNormFp8Fusable(const void* residual, const void* a, const void* b, const void* weight,
                          const void* bias, const void* fp8_out, const void* fp8_out_t, int N,
@@ -256,7 +284,7 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const size_t smem = Fp8TileBytes(C);
-  const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
+  const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N, C);
   // With a residual the kernel forms the rows as a + b (ra, rb); else it reads a (inp).
   const bool res = residual != nullptr;
   auto kernel = res ? Fp8Kernel<true, false>(warps) : Fp8Kernel<false, false>(warps);
@@ -288,7 +316,7 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
         fp8_out, fp8_out_t, inp, nullptr, nullptr, N, C, g, scale, amax, counts, s, op);
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
-  const int warps = Fp8BlockWarps(N);
+  const int warps = Fp8BlockWarps(N, C);
   auto kernel = Fp8Kernel<false, true>(warps);
   kernel<<<CeilDiv(N, kFp8Rows), 32 * warps, Fp8TileBytes(C), s>>>(
       fp8_out, fp8_out_t, nullptr, nullptr, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,
