@@ -11,7 +11,6 @@
 //     (fp8_cast_tiles.cuh) with LayerNormFromStatsOp.
 // SetLayerNormReferenceKernels(true) sends all of them through LayerNormFp8Kernel with its chunk
 // loop (the kernels the others replaced), for the tests' and fusion_bench's comparisons.
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -29,17 +28,20 @@ namespace {
 // LayerNormForwardKernel (same functions, same order: bit-identical residual, mean, rstd and
 // BF16 y), casts y with CastOne (fp8_cast.cuh: CastFp8's encoding and statistics) and writes
 // the row-major FP8 as 8-byte words. The tile's FP8 rows also go to shared memory
-// ([kFp8Rows][C + 8] bytes, dynamic), from which the block writes the transpose: each thread
-// gathers 8 rows of one column into an 8-byte word of out_t's row (32-byte runs per column).
-// The BF16 y is never written. kWarps is 8, 16 or 32 (4, 2 or 1 rows per warp): the fewest
-// that keep the GPU's warp slots about full (see Fp8BlockWarps): a warp's rows run one after
-// another, each a chain of dependent loads and reductions, so the kernel is latency-bound where
-// warps are few. kFromStats (Backend::LayerNormFp8FromStats):
+// ([kFp8Rows][C + 4] bytes, dynamic: an odd number of 32-bit words per row), from which the
+// block writes the transpose: a thread takes one 32-bit word (4 columns) of 8 rows, transposes
+// the 8 x 4 bytes with byte permutes and writes 8 bytes to each of the 4 columns' out_t rows;
+// the 4 row groups of a word go to adjacent lanes (32-byte runs per column) and, with the odd
+// pitch, the lanes' word reads fall in 32 different banks. (Gathering a byte per row per
+// column instead, as before, took a third of the kernel's time: fusion_bench 0.044 ms per
+// call on GPT-2 against 0.031 without the transpose.) The BF16 y is never written. kWarps is 8
+// (4 rows per warp), or 16 where 8-warp blocks would leave the GPU short of warps (see
+// Fp8BlockWarps). kFromStats (Backend::LayerNormFp8FromStats):
 // the rows are inp's as they stand and their mean and rstd are read from kept_mean and
 // kept_rstd (nothing is written but the FP8 outputs and the statistics of the cast).
 constexpr int kFp8Rows = 32;
 
-__host__ __device__ constexpr int Fp8TilePitch(int C) { return C + 8; }
+__host__ __device__ constexpr int Fp8TilePitch(int C) { return C + 4; }
 
 template <bool kResidual, bool kFromStats, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -77,7 +79,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int k = 0; k < 8; ++k)
         q[k] = CastOne(__bfloat162float(y.v[k]), scale, fp8_max, e4m3, st);
       if (q_out != nullptr) *reinterpret_cast<uint2*>(q_out + size_t(row) * C + c) = packed;
-      *reinterpret_cast<uint2*>(tile + i * pitch + c) = packed;
+      uint32_t* t = reinterpret_cast<uint32_t*>(tile + i * pitch + c);  // 4-byte aligned
+      t[0] = packed.x;
+      t[1] = packed.y;
     }
     if (!kFromStats && lane == 0) {
       mean_out[row] = mean;
@@ -86,16 +90,34 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   __syncthreads();
   if (q_out_t != nullptr) {
-    constexpr int kGroups = kFp8Rows / 8;  // 8-row words per column
-    for (int idx = threadIdx.x; idx < C * kGroups; idx += 32 * kWarps) {
-      const int cc = idx / kGroups, g = idx % kGroups;
+    constexpr int kGroups = kFp8Rows / 8;  // 8-row groups per column
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(tile);
+    const int pitch_w = pitch / 4;
+    for (int idx = threadIdx.x; idx < (C / 4) * kGroups; idx += 32 * kWarps) {
+      const int cw = idx / kGroups, g = idx % kGroups;  // columns 4·cw .., rows 8·g ..
       const int rr = r0 + g * 8;
       if (rr < N) {  // N % 8 == 0: all 8 rows are in range
-        uint2 packed;
-        uint8_t* q = reinterpret_cast<uint8_t*>(&packed);
+        uint32_t x[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = tile[(g * 8 + j) * pitch + cc];
-        *reinterpret_cast<uint2*>(q_out_t + size_t(cc) * N + rr) = packed;
+        for (int j = 0; j < 8; ++j) x[j] = words[(g * 8 + j) * pitch_w + cw];
+        uint32_t y[4][2];  // y[b][h]: column 4·cw + b, rows 8·g + 4·h .. + 3
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t* v = x + 4 * h;
+          const uint32_t lo01 = __byte_perm(v[0], v[1], 0x5140);
+          const uint32_t lo23 = __byte_perm(v[2], v[3], 0x5140);
+          const uint32_t hi01 = __byte_perm(v[0], v[1], 0x7362);
+          const uint32_t hi23 = __byte_perm(v[2], v[3], 0x7362);
+          y[0][h] = __byte_perm(lo01, lo23, 0x5410);
+          y[1][h] = __byte_perm(lo01, lo23, 0x7632);
+          y[2][h] = __byte_perm(hi01, hi23, 0x5410);
+          y[3][h] = __byte_perm(hi01, hi23, 0x7632);
+        }
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          *reinterpret_cast<uint2*>(q_out_t + size_t(4 * cw + b) * N + rr) =
+              make_uint2(y[b][0], y[b][1]);
+        }
       }
     }
   }
@@ -188,40 +210,27 @@ int MaxDynamicSmem() {
 
 size_t Fp8TileBytes(int C) { return size_t(kFp8Rows) * Fp8TilePitch(C); }
 
-// Warps per block: the fewest of 8, 16 and 32 with which the N / 32 blocks give the device
-// about as many warps as its SMs hold (the blocks that fit by shared memory, C's tile, taken
-// into account); 32 where none does. GPT-2's 16384 rows: 512 blocks of 16 warps (8 gave 31
-// warps per SM of 64: ncu counted 44% of warps active, the kernel at 45% of DRAM bandwidth);
-// 8192 rows (seed, hidden-2048): 256 blocks of 32. SetLayerNormFp8BlockWarps overrides it.
+// Warps per block: 8 unless that gives fewer than about 3 blocks per SM, as on 8192 rows (seed,
+// hidden-2048: 256 blocks on the H200's 132 SMs, 16 warps per SM); then 16 (twice the warps on
+// the same tiles: 2 rows per warp, the transpose still written in 32-byte runs). fusion_bench,
+// ms per call at 8 / 16 / 32 warps (before the transpose's byte permutes): GPT-2 0.0422 /
+// 0.0435 / 0.0497, hidden-2048 0.0721 / 0.0583 / 0.0624, seed 0.0297 / 0.0255 / 0.0272.
+// SetLayerNormFp8BlockWarps overrides it.
 int g_fp8_block_warps = 0;  // 0: Fp8BlockWarps chooses
 
-int Fp8BlockWarps(int N, int C) {
+int Fp8BlockWarps(int N) {
   if (g_fp8_block_warps != 0) return g_fp8_block_warps;
-  struct Device {
-    int sms, warps_per_sm, smem_per_sm;
-  };
-  static const Device d = [] {
-    int dev = 0;
-    Device got{};
+  static const int min_blocks = [] {
+    int dev = 0, sms = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&got.sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&got.warps_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
-    cudaDeviceGetAttribute(&got.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    got.warps_per_sm /= 32;
-    return got;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return 3 * sms;
   }();
-  const long blocks = CeilDiv(N, kFp8Rows);
-  const long tile = long(Fp8TileBytes(C)) + 1024;  // + the static statistics and reserve
-  for (const int warps : {8, 16}) {
-    const long per_sm =
-        std::min<long>(d.warps_per_sm / warps, std::max<long>(1, d.smem_per_sm / tile));
-    const long resident = std::min(blocks, per_sm * d.sms) * warps;
-    if (10 * resident >= 9L * d.sms * d.warps_per_sm) return warps;
-  }
-  return 32;
+  return CeilDiv(N, kFp8Rows) >= unsigned(min_blocks) ? 8 : 16;
 }
 
-// The LayerNormFp8Kernel instance for `warps` warps per block (Fp8BlockWarps: 8, 16 or 32).
+// The LayerNormFp8Kernel instance for `warps` warps per block (Fp8BlockWarps: 8 or 16; 32 for
+// fusion_bench's comparison).
 template <bool kResidual, bool kFromStats>
 auto Fp8Kernel(int warps) {
   return warps == 8    ? LayerNormFp8Kernel<kResidual, kFromStats, 8>
@@ -284,7 +293,7 @@ cudaError_t ResidualLayerNormFp8Forward(bf16* residual, float* mean, float* rstd
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
   const size_t smem = Fp8TileBytes(C);
-  const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N, C);
+  const int blocks = CeilDiv(N, kFp8Rows), warps = Fp8BlockWarps(N);
   // With a residual the kernel forms the rows as a + b (ra, rb); else it reads a (inp).
   const bool res = residual != nullptr;
   auto kernel = res ? Fp8Kernel<true, false>(warps) : Fp8Kernel<false, false>(warps);
@@ -316,7 +325,7 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
         fp8_out, fp8_out_t, inp, nullptr, nullptr, N, C, g, scale, amax, counts, s, op);
   }
   if (cudaError_t e = AllowFp8TileSmem(); e != cudaSuccess) return e;
-  const int warps = Fp8BlockWarps(N, C);
+  const int warps = Fp8BlockWarps(N);
   auto kernel = Fp8Kernel<false, true>(warps);
   kernel<<<CeilDiv(N, kFp8Rows), 32 * warps, Fp8TileBytes(C), s>>>(
       fp8_out, fp8_out_t, nullptr, nullptr, mean, rstd, inp, weight, bias, N, C, nullptr, nullptr,

@@ -107,8 +107,8 @@ cudaError_t LayerNormFp8FromStats(const bf16* inp, const float* mean, const floa
 void SetLayerNormReferenceKernels(bool on);
 // Warps per block of the LayerNorm + FP8 kernel with a transpose (ResidualLayerNormFp8Forward
 // with fp8_out_t, and the reference kernels): 8, 16 or 32 (1 to 4 rows per warp; the same
-// bytes), or 0 (the default: the fewest that about fill the device). For fusion_bench. Not
-// thread-safe: set it before launching.
+// bytes), or 0 (the default: 8, or 16 where 8 would give fewer than 3 blocks per SM). For
+// fusion_bench and the tests. Not thread-safe: set it before launching.
 void SetLayerNormFp8BlockWarps(int warps);
 cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16* dout,
                               const bf16* inp, const bf16* weight, const float* mean,
