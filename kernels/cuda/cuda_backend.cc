@@ -568,6 +568,7 @@ std::string CudaBackend::ProfileReport() {
   out += absl::StrFormat("%-34s %10.2f\n", "all ops", total);
   out += absl::StrFormat("GEMM shapes: %d, %d of them autotuned away from the heuristic's pick\n",
                          static_cast<int>(matmul_->cached_plans()), matmul_->retuned_plans());
+  out += matmul_->TuningReport();
   if (matmul_->unsupported() > 0) {
     out += absl::StrFormat("fused-epilogue GEMMs run unfused (no cuBLASLt algorithm): %d\n",
                            matmul_->unsupported());

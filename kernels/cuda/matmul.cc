@@ -1,8 +1,13 @@
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
@@ -257,6 +262,7 @@ absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const vo
       status = CudaStatus(e, "timing a GEMM candidate", __FILE__, __LINE__);
       break;
     }
+    if (i == 0) p->top_ms = ms / kReps;
     if (best < 0 || ms < best_ms) best = static_cast<int>(i), best_ms = ms;
   }
   if (s.accumulate) {
@@ -266,9 +272,27 @@ absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const vo
   if (!status.ok()) return status;
   if (best > 0) {
     p->algo = p->candidates[best];
+    p->chosen = best;
+    p->best_ms = best_ms / kReps;
     ++retuned_;
   }
   return absl::OkStatus();
+}
+
+std::string LtMatmul::TuningReport() const {
+  std::vector<std::pair<std::string, const Plan*>> moved;
+  for (const auto& [shape, plan] : plans_) {
+    if (plan->chosen > 0) moved.emplace_back(Describe(shape), plan.get());
+  }
+  std::sort(moved.begin(), moved.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (const auto& [name, p] : moved) {
+    out += absl::StrFormat("  %s: candidate %d of %d, %.4f ms per call (the top pick %.4f)\n", name,
+                           p->chosen, static_cast<int>(p->candidates.size()), p->best_ms,
+                           p->top_ms);
+  }
+  return out;
 }
 
 }  // namespace boulder::kernels::cuda

@@ -84,6 +84,10 @@ class LtMatmul {
   void set_autotune(bool on) { autotune_ = on; }
   // Shapes whose algorithm autotuning changed from the heuristic's first pick.
   int retuned_plans() const { return retuned_; }
+  // One line per autotuned shape that moved off the heuristic's pick: the shape, how many
+  // candidates the heuristic gave, which one won, and the top pick's and the winner's time
+  // (ms per call, median-free: the mean of the trial's runs). For the profile's summary.
+  std::string TuningReport() const;
   // TryRun calls that found no algorithm (the caller ran its unfused path instead).
   int unsupported() const { return unsupported_; }
   // Calls whose algorithm rejected them (CUBLAS_STATUS_NOT_SUPPORTED) and that ran on a later
@@ -98,8 +102,13 @@ class LtMatmul {
     std::vector<cublasLtMatmulAlgo_t> candidates;  // heuristic order; [0] == algo until tuned;
                                                    // empty: cuBLASLt has no algorithm
     bool tuned = false;
+    int chosen = 0;                    // index in candidates of algo, once tuned
+    float top_ms = 0.f, best_ms = 0.f;  // the trial's times of candidates[0] and of algo
   };
-  static constexpr int kCandidates = 8;
+  // How many of the heuristic's algorithms autotuning times. 8 until session 10; 32 lets it
+  // reach cuBLASLt's other tile and cluster shapes, which the heuristic ranks lower on the FP8
+  // k = 768 GEMMs of GPT-2 (0.76-1.0 PFLOP/s at the top 8's best).
+  static constexpr int kCandidates = 32;
   LtMatmul() = default;
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
   // Times plan's candidates on these operands and keeps the fastest in plan->algo.
