@@ -281,8 +281,13 @@ absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const vo
 
 std::string LtMatmul::TuningReport() const {
   std::vector<std::pair<std::string, const Plan*>> moved;
-  for (const auto& [shape, plan] : plans_) {
-    if (plan->chosen > 0) moved.emplace_back(Describe(shape), plan.get());
+  for (const auto& [s, plan] : plans_) {
+    if (plan->chosen == 0) continue;
+    moved.emplace_back(absl::StrCat("m=", s.m, " n=", s.n, " k=", s.k, " ", s.trans_a ? "T" : "N",
+                                    s.trans_b ? "T" : "N", " ", TypeName(s.a_type), "x",
+                                    TypeName(s.b_type), " epilogue ", static_cast<int>(s.epilogue),
+                                    s.accumulate ? " +=" : ""),
+                       plan.get());
   }
   std::sort(moved.begin(), moved.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

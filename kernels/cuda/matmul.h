@@ -86,7 +86,7 @@ class LtMatmul {
   int retuned_plans() const { return retuned_; }
   // One line per autotuned shape that moved off the heuristic's pick: the shape, how many
   // candidates the heuristic gave, which one won, and the top pick's and the winner's time
-  // (ms per call, median-free: the mean of the trial's runs). For the profile's summary.
+  // (ms per call: the mean of the trial's runs on the call's operands). For the profile.
   std::string TuningReport() const;
   // TryRun calls that found no algorithm (the caller ran its unfused path instead).
   int unsupported() const { return unsupported_; }
@@ -105,10 +105,11 @@ class LtMatmul {
     int chosen = 0;                    // index in candidates of algo, once tuned
     float top_ms = 0.f, best_ms = 0.f;  // the trial's times of candidates[0] and of algo
   };
-  // How many of the heuristic's algorithms autotuning times. 8 until session 10; 32 lets it
-  // reach cuBLASLt's other tile and cluster shapes, which the heuristic ranks lower on the FP8
-  // k = 768 GEMMs of GPT-2 (0.76-1.0 PFLOP/s at the top 8's best).
-  static constexpr int kCandidates = 32;
+  // How many of the heuristic's algorithms autotuning times. Asked for 32 (session 10, H200,
+  // cuBLASLt of CUDA 13.0), the heuristic gave at most 8 on every shape of the benchmark
+  // models, so 8: more would need the algorithms enumerated and configured by hand
+  // (cublasLtMatmulAlgoGetIds, AlgoCapGetAttribute, AlgoCheck).
+  static constexpr int kCandidates = 8;
   LtMatmul() = default;
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
   // Times plan's candidates on these operands and keeps the fastest in plan->algo.
