@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,16 +127,14 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
     st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d, plan->d,
                                         pref, kCandidates, results, &found);
   }
+  cublasLtMatmulPreferenceDestroy(pref);
   // No algorithm (found == 0, or the heuristic calls the configuration unsupported) is kept as
   // a plan without candidates, so that the heuristic is asked once per shape.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) found = 0, st = CUBLAS_STATUS_SUCCESS;
-  if (st != CUBLAS_STATUS_SUCCESS) cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
   if (found > 0) plan->algo = results[0].algo;
   for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
-  if (autotune_ && found > 0) AddCandidatesPerAlgoId(s, pref, plan.get());
-  cublasLtMatmulPreferenceDestroy(pref);
-  plan->tuned = plan->candidates.size() < 2 || !autotune_;
+  plan->tuned = found < 2 || !autotune_;
   Plan* raw = plan.get();
   plans_.emplace(s, std::move(plan));
   return raw;
@@ -226,54 +223,6 @@ absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, con
   }
   ++unsupported_;
   return false;  // every candidate rejected the call: nothing was launched
-}
-
-// The heuristic's best fits stop at 8, and on GPT-2's FP8 GEMMs with k = 768 the fastest of
-// those runs at 0.8-1.0 PFLOP/s. Asked per algorithm (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID, the
-// heuristic results pre-initialised with the id), it also gives each implementation's own best
-// configurations (tiles, stages, cluster shapes); those not already listed join the candidates,
-// up to kMaxCandidates, for autotuning to time. Failures here only leave fewer candidates.
-void LtMatmul::AddCandidatesPerAlgoId(const GemmShape& s, cublasLtMatmulPreference_t pref,
-                                      Plan* plan) {
-  constexpr int kMaxIds = 64, kPerId = 4;
-  int ids[kMaxIds];
-  int n_ids = 0;
-  if (cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, s.a_type, s.b_type,
-                               CUDA_R_16BF, CUDA_R_16BF, kMaxIds, ids, &n_ids) !=
-      CUBLAS_STATUS_SUCCESS) {
-    return;
-  }
-  const uint32_t mode = CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID;
-  if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, &mode,
-                                           sizeof(mode)) != CUBLAS_STATUS_SUCCESS) {
-    return;
-  }
-  auto listed = [&](const cublasLtMatmulAlgo_t& a) {
-    for (const auto& c : plan->candidates) {
-      if (std::memcmp(&c, &a, sizeof(a)) == 0) return true;
-    }
-    return false;
-  };
-  for (int i = 0; i < n_ids && int(plan->candidates.size()) < kMaxCandidates; ++i) {
-    cublasLtMatmulHeuristicResult_t r[kPerId] = {};
-    bool init = true;
-    for (auto& x : r) {
-      init = init && cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, s.a_type,
-                                            s.b_type, CUDA_R_16BF, CUDA_R_16BF, ids[i],
-                                            &x.algo) == CUBLAS_STATUS_SUCCESS;
-    }
-    int found = 0;
-    if (!init || cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d,
-                                                plan->d, pref, kPerId, r, &found) !=
-                     CUBLAS_STATUS_SUCCESS) {
-      continue;
-    }
-    for (int j = 0; j < found && int(plan->candidates.size()) < kMaxCandidates; ++j) {
-      if (r[j].state == CUBLAS_STATUS_SUCCESS && !listed(r[j].algo)) {
-        plan->candidates.push_back(r[j].algo);
-      }
-    }
-  }
 }
 
 absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const void* B, void* D,

@@ -4,9 +4,8 @@
 // chosen algorithm are cached per shape; one workspace (32 MiB) serves every call.
 //
 // Algorithm choice: the heuristic's first candidate, or — with autotuning on (the default) —
-// the fastest of its first kCandidates and of each algorithm's own best configurations
-// (AddCandidatesPerAlgoId), timed on the first call of each shape with the call's own
-// operands. Autotuning depends on timings, so two runs may pick different algorithms and
+// the fastest of its first kCandidates, timed on the first call of each shape with the call's
+// own operands. Autotuning depends on timings, so two runs may pick different algorithms and
 // round differently: turn it off where results must be bit-identical from run to run.
 //
 // Not thread-safe: one LtMatmul per backend, used from its thread, on its stream.
@@ -106,15 +105,13 @@ class LtMatmul {
     int chosen = 0;                    // index in candidates of algo, once tuned
     float top_ms = 0.f, best_ms = 0.f;  // the trial's times of candidates[0] and of algo
   };
-  // How many of the heuristic's best fits autotuning times. Asked for 32 (session 10, H200,
+  // How many of the heuristic's algorithms autotuning times. Asked for 32 (session 10, H200,
   // cuBLASLt of CUDA 13.0), the heuristic gave at most 8 on every shape of the benchmark
-  // models, so 8; with autotuning on, AddCandidatesPerAlgoId adds each algorithm's own best
-  // configurations, up to kMaxCandidates in all.
+  // models, so 8: more would need the algorithms enumerated and configured by hand
+  // (cublasLtMatmulAlgoGetIds, AlgoCapGetAttribute, AlgoCheck).
   static constexpr int kCandidates = 8;
-  static constexpr int kMaxCandidates = 48;
   LtMatmul() = default;
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
-  void AddCandidatesPerAlgoId(const GemmShape& s, cublasLtMatmulPreference_t pref, Plan* plan);
   // Times plan's candidates on these operands and keeps the fastest in plan->algo.
   absl::Status Tune(const GemmShape& s, Plan* plan, const void* A, const void* B, void* D,
                     cudaStream_t stream);
