@@ -107,8 +107,10 @@ class LtMatmul {
   };
   // How many of the heuristic's algorithms autotuning times. Asked for 32 (session 10, H200,
   // cuBLASLt of CUDA 13.0), the heuristic gave at most 8 on every shape of the benchmark
-  // models, so 8: more would need the algorithms enumerated and configured by hand
-  // (cublasLtMatmulAlgoGetIds, AlgoCapGetAttribute, AlgoCheck).
+  // models, so 8. Asking it per algorithm id as well (CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID) added
+  // a few candidates, none of which won on a large shape (bench/gpu-2026-12-04.md, runs 13-14);
+  // untried: configuring each id's tiles, stages and cluster shapes by hand
+  // (cublasLtMatmulAlgoCapGetAttribute, AlgoConfigSetAttribute, AlgoCheck).
   static constexpr int kCandidates = 8;
   LtMatmul() = default;
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
