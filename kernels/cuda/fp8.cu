@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(256)
 // as 32-bit words, row R's word w at column w ^ 4·((R / 16) % 8): the loads' 16-byte stores and
 // the gathers below are then free of bank conflicts. Thread (cw, rg) reads the words of column
 // group cw (input columns 4·cw .. 4·cw + 3) in input rows 16·rg .. 16·rg + 15, transposes them
-// 4 x 4 bytes at a time with byte permutes, and writes 16 bytes to each of output rows
+// 4 x 4 bytes at a time (TransposeBytes4x4), and writes 16 bytes to each of output rows
 // c0 + 4·cw .. + 3 (input rows r0 + 16·rg ..): lanes run over rg first, so each store of a
 // warp is four whole 128-byte rows.
 constexpr int kWideTile = 128;
@@ -281,15 +281,12 @@ __global__ void __launch_bounds__(256)
   uint32_t y[4][4];  // y[b][q]: output row c0 + 4·cw + b, its word q
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    uint32_t x[4];
+    uint32_t x[4], t[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) x[m] = tile[16 * rg + 4 * q + m][cw ^ (4 * rg)];
-    const uint32_t lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
-    const uint32_t hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
-    y[0][q] = __byte_perm(lo01, lo23, 0x5410);
-    y[1][q] = __byte_perm(lo01, lo23, 0x7632);
-    y[2][q] = __byte_perm(hi01, hi23, 0x5410);
-    y[3][q] = __byte_perm(hi01, hi23, 0x7632);
+    TransposeBytes4x4(x, t);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) y[b][q] = t[b];
   }
 #pragma unroll
   for (int b = 0; b < 4; ++b) {

@@ -46,6 +46,19 @@ __device__ __forceinline__ int SwizzledRow(int c, int r) {
   return (((r >> 3) ^ ((c >> 3) & 7)) << 3) | (r & 7);
 }
 
+// The 4 x 4 bytes of x (word m: a row, byte b: a column) transposed: y[b] holds column b, row
+// m in byte m. Four byte permutes pair the rows' bytes, four more gather each column: the
+// word-wise transposes of TransposeFp8 (fp8.cu) and of the LayerNorm + FP8 tile
+// (layernorm_fp8.cu).
+__device__ __forceinline__ void TransposeBytes4x4(const uint32_t (&x)[4], uint32_t (&y)[4]) {
+  const uint32_t lo01 = __byte_perm(x[0], x[1], 0x5140), lo23 = __byte_perm(x[2], x[3], 0x5140);
+  const uint32_t hi01 = __byte_perm(x[0], x[1], 0x7362), hi23 = __byte_perm(x[2], x[3], 0x7362);
+  y[0] = __byte_perm(lo01, lo23, 0x5410);
+  y[1] = __byte_perm(lo01, lo23, 0x7632);
+  y[2] = __byte_perm(hi01, hi23, 0x5410);
+  y[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
 // The pieces of a tile both tile kernels use (CastTilesBlock here, fp8_gelu.cu's fused GELU +
 // gradient cast), so the two form the same transposes and the same column sums. A thread of
 // kCastTileThreads owns columns lane_c .. lane_c + 7 of the tile's rows 2·rp and 2·rp + 1.
@@ -64,18 +77,27 @@ __device__ __forceinline__ void PutTransposedCodes(uint8_t (&tile)[kCastTile][kC
 }
 
 // Stores the transposed tile of rows r0.. and columns c0.. into out_t [cols, rows]: row i of
-// the tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7, two rows i per thread.
+// the tile (input column c0 + i), rows r0 + 8·(t%8) .. + 7, two rows i per thread; and, where
+// out_u is not null, tile_u likewise into out_u in the same pass (the fused GELU + gradient
+// cast's second tile).
 __device__ __forceinline__ void StoreTransposedTile(uint8_t* out_t,
                                                     const uint8_t (&tile)[kCastTile][kCastTile],
-                                                    int r0, int c0, int rows, int cols) {
+                                                    int r0, int c0, int rows, int cols,
+                                                    uint8_t* out_u = nullptr,
+                                                    const uint8_t (*tile_u)[kCastTile] = nullptr) {
   const int chunk = (threadIdx.x % 8) * 8;
 #pragma unroll
   for (int pass = 0; pass < 2; ++pass) {
     const int i = threadIdx.x / 8 + 32 * pass;
     const int cc = c0 + i, rr = r0 + chunk;
     if (cc < cols && rr < rows) {
+      const int sw = SwizzledRow(i, chunk);
       *reinterpret_cast<uint2*>(out_t + size_t(cc) * rows + rr) =
-          *reinterpret_cast<const uint2*>(&tile[i][SwizzledRow(i, chunk)]);
+          *reinterpret_cast<const uint2*>(&tile[i][sw]);
+      if (out_u != nullptr) {
+        *reinterpret_cast<uint2*>(out_u + size_t(cc) * rows + rr) =
+            *reinterpret_cast<const uint2*>(&tile_u[i][sw]);
+      }
     }
   }
 }
@@ -242,17 +264,21 @@ __global__ void __launch_bounds__(kCastTileThreads,
                                               blockIdx.x, blockIdx.y);
 }
 
+// How many blocks of kernel, kCastTileThreads threads each, fill the current device once (at
+// least 1).
+inline int CastTileBlocksFillingDevice(const void* kernel) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCastTileThreads, 0);
+  return std::max(1, sms * std::max(1, per_sm));
+}
+
 // How many blocks of CastTilesKernel<kE4M3, Op, kSums> fill the current device once.
 template <bool kE4M3, class Op, bool kSums>
 int CastTilesMaxBlocks() {
-  static const int max_blocks = [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, CastTilesKernel<kE4M3, Op, kSums>,
-                                                  kCastTileThreads, 0);
-    return std::max(1, sms * std::max(1, per_sm));
-  }();
+  static const int max_blocks = CastTileBlocksFillingDevice(
+      reinterpret_cast<const void*>(CastTilesKernel<kE4M3, Op, kSums>));
   return max_blocks;
 }
 

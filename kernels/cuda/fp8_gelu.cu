@@ -121,22 +121,7 @@ __global__ void __launch_bounds__(kCastTileThreads, 3)
       PutTransposedCodes(tile_h, qh[0], qh[1], lane_c, rp);
     }
     __syncthreads();
-    // Both transposed tiles in one pass (StoreTransposedTile's rows and addresses, shared).
-    const int chunk = (threadIdx.x % 8) * 8;
-#pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      const int i = threadIdx.x / 8 + 32 * pass;
-      const int cc = c0 + i, rr = r0 + chunk;
-      if (cc < cols && rr < rows) {
-        const int sw = SwizzledRow(i, chunk);
-        if (g_out_t != nullptr) {
-          *reinterpret_cast<uint2*>(g_out_t + size_t(cc) * rows + rr) =
-              *reinterpret_cast<const uint2*>(&tile_g[i][sw]);
-        }
-        *reinterpret_cast<uint2*>(in_t + size_t(cc) * rows + rr) =
-            *reinterpret_cast<const uint2*>(&tile_h[i][sw]);
-      }
-    }
+    StoreTransposedTile(in_t, tile_h, r0, c0, rows, cols, g_out_t, tile_g);  // both, one pass
   }
   if constexpr (kSums) StoreColumnSums(col_sums, sums, partial, lane_c, rp, c0, cols, by);
   FlushCastStats(st, s_stats, threadIdx.x, g_amax, g_counts);  // synchronises before it reads
@@ -290,27 +275,14 @@ cudaError_t GeluCastAndGradSums(uint8_t* in_t, const float* in_scale, uint8_t* g
                                                                 s);
 }
 
-}  // namespace
-
-namespace {
-
-template <bool kInE4M3, bool kGradE4M3, bool kSums>
-int FusedBlocksPerSm() {
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, GeluCastAndGradKernel<kInE4M3, kGradE4M3, kSums>, kCastTileThreads, 0);
-  return std::max(1, per_sm);
-}
-
+// GeluCastAndGradMaxBlocks for one gradient format, with or without sums.
 template <bool kGradE4M3, bool kSums>
 int FusedMaxBlocks() {
-  static const int max_blocks = [] {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return std::max(1, sms) * std::min(FusedBlocksPerSm<true, kGradE4M3, kSums>(),
-                                       FusedBlocksPerSm<false, kGradE4M3, kSums>());
-  }();
+  static const int max_blocks = std::min(
+      CastTileBlocksFillingDevice(
+          reinterpret_cast<const void*>(GeluCastAndGradKernel<true, kGradE4M3, kSums>)),
+      CastTileBlocksFillingDevice(
+          reinterpret_cast<const void*>(GeluCastAndGradKernel<false, kGradE4M3, kSums>)));
   return max_blocks;
 }
 

@@ -30,11 +30,12 @@ namespace {
 // the row-major FP8 as 8-byte words. The tile's FP8 rows also go to shared memory
 // ([kFp8Rows][C + 4] bytes, dynamic: an odd number of 32-bit words per row), from which the
 // block writes the transpose: a thread takes one 32-bit word (4 columns) of 8 rows, transposes
-// the 8 x 4 bytes with byte permutes and writes 8 bytes to each of the 4 columns' out_t rows;
-// the 4 row groups of a word go to adjacent lanes (32-byte runs per column) and, with the odd
-// pitch, the lanes' word reads fall in 32 different banks. (Gathering a byte per row per
-// column instead, as before, took a third of the kernel's time: fusion_bench 0.044 ms per
-// call on GPT-2 against 0.031 without the transpose.) The BF16 y is never written. kWarps is 8
+// the 8 x 4 bytes (TransposeBytes4x4, twice) and writes 8 bytes to each of the 4 columns'
+// out_t rows; the 4 row groups of a word go to adjacent lanes (32-byte runs per column) and,
+// with the odd pitch, the lanes' word reads fall in 32 different banks. (The byte-per-row
+// gather this replaced measured about 2% slower: fusion_bench, GPT-2, 0.0437 against 0.0427
+// ms per call; the transpose still costs 0.043 against 0.033 ms without it, the row kernel's.)
+// The BF16 y is never written. kWarps is 8
 // (4 rows per warp), or 16 where 8-warp blocks would leave the GPU short of warps (see
 // Fp8BlockWarps). kFromStats (Backend::LayerNormFp8FromStats):
 // the rows are inp's as they stand and their mean and rstd are read from kept_mean and
@@ -97,21 +98,16 @@ __global__ void __launch_bounds__(32 * kWarps)
       const int cw = idx / kGroups, g = idx % kGroups;  // columns 4·cw .., rows 8·g ..
       const int rr = r0 + g * 8;
       if (rr < N) {  // N % 8 == 0: all 8 rows are in range
-        uint32_t x[8];
+        uint32_t x[2][4];  // x[h][m]: row 8·g + 4·h + m
 #pragma unroll
-        for (int j = 0; j < 8; ++j) x[j] = words[(g * 8 + j) * pitch_w + cw];
+        for (int j = 0; j < 8; ++j) x[j / 4][j % 4] = words[(g * 8 + j) * pitch_w + cw];
         uint32_t y[4][2];  // y[b][h]: column 4·cw + b, rows 8·g + 4·h .. + 3
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t* v = x + 4 * h;
-          const uint32_t lo01 = __byte_perm(v[0], v[1], 0x5140);
-          const uint32_t lo23 = __byte_perm(v[2], v[3], 0x5140);
-          const uint32_t hi01 = __byte_perm(v[0], v[1], 0x7362);
-          const uint32_t hi23 = __byte_perm(v[2], v[3], 0x7362);
-          y[0][h] = __byte_perm(lo01, lo23, 0x5410);
-          y[1][h] = __byte_perm(lo01, lo23, 0x7632);
-          y[2][h] = __byte_perm(hi01, hi23, 0x5410);
-          y[3][h] = __byte_perm(hi01, hi23, 0x7632);
+          uint32_t t[4];
+          TransposeBytes4x4(x[h], t);
+#pragma unroll
+          for (int b = 0; b < 4; ++b) y[b][h] = t[b];
         }
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
