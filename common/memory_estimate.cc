@@ -59,7 +59,7 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   e.num_params = n;
   e.params_bytes = n * elem;
   e.grads_bytes = n * elem;
-  e.optimizer_bytes = 2 * n * kState + n + (elem != kState ? n * kState : 0);
+  e.optimizer_bytes = 2 * n * kState + (n + 7) / 8 + (elem != kState ? n * kState : 0);
 
   const int64_t R = std::max<int64_t>(
       int64_t{resolved.training().batch_size()} * resolved.training().seq_len(), m.context());

@@ -87,14 +87,14 @@ TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
   const int64_t n = 2 * 96 * 768 + 256 * 768 + 4 * per_layer + 2 * 768;
   EXPECT_EQ(cpu->num_params, n);
   EXPECT_EQ(cpu->params_bytes, 4 * n);
-  EXPECT_EQ(cpu->optimizer_bytes, 8 * n + n);
+  EXPECT_EQ(cpu->optimizer_bytes, 8 * n + (n + 7) / 8);
   EXPECT_EQ(cpu->runtime_bytes, 0);
   EXPECT_EQ(cpu->total_bytes,
             cpu->params_bytes + cpu->grads_bytes + cpu->optimizer_bytes + cpu->activations_bytes);
   absl::StatusOr<MemoryEstimate> gpu = EstimateTrainingMemory(*spec, "bf16", "cuda");
   ASSERT_TRUE(gpu.ok());
   EXPECT_EQ(gpu->params_bytes, 2 * n);
-  EXPECT_EQ(gpu->optimizer_bytes, 12 * n + n);  // m, v, master
+  EXPECT_EQ(gpu->optimizer_bytes, 12 * n + (n + 7) / 8);  // m, v, master, decay bits
   EXPECT_EQ(gpu->runtime_bytes, kCudaRuntimeReserveBytes);
   EXPECT_THAT(FormatMemoryEstimate(*gpu), HasSubstr("CUDA runtime 1.00 GiB"));
 }

@@ -91,4 +91,12 @@ const char* Fp8FormatName(Fp8Format f) { return f == Fp8Format::kE4M3 ? "e4m3" :
 
 float Fp8Max(Fp8Format f) { return f == Fp8Format::kE4M3 ? kFp8E4M3Max : kFp8E5M2Max; }
 
+std::vector<uint8_t> PackDecayBits(const std::vector<uint8_t>& mask) {
+  std::vector<uint8_t> bits((mask.size() + 7) / 8, 0);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    if (mask[i] != 0) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return bits;
+}
+
 }  // namespace boulder::kernels

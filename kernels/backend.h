@@ -68,6 +68,19 @@ struct Fp8CastJob {
   uint64_t* counts = nullptr;
 };
 
+// Which parameters an AdamW call decays: element i of the call decays where bit offset + i of
+// `bits` is set (bit k is bit k % 8 of byte k / 8). One bit per trainable parameter (a byte
+// per parameter was 1 of the 29 bytes the update moves per parameter, and 384 MiB on the
+// hidden-2048 model), so a model keeps one packed mask and each call points into it at its
+// first element. bits null: every element decays. A device buffer (host memory on cpu).
+struct DecayBits {
+  const uint8_t* bits = nullptr;
+  size_t offset = 0;
+};
+
+// One bit per element of a 0/1 byte mask, in DecayBits's order.
+std::vector<uint8_t> PackDecayBits(const std::vector<uint8_t>& mask);
+
 // Epilogue of a Linear forward GEMM.
 enum class Epilogue {
   kNone,      // out = inp·Wᵀ (+ bias)
@@ -168,16 +181,15 @@ class Backend {
   // Sum of squares of n compute-dtype elements, written to *out (FP32 device scalar).
   virtual void NormSquared(float* out, const void* x, size_t n) = 0;
 
-  // One AdamW step over n parameters (decoupled weight decay; decay applies where
-  // decay_mask is null or decay_mask[i] != 0 — a uint8 device buffer).
+  // One AdamW step over n parameters (decoupled weight decay, applied where `decay` says).
   // The gradient is scaled by grad_scale * clip, where clip = min(1, max_norm / sqrt(*norm_sq))
   // when max_norm > 0 (read on device: no host sync), else 1.
   // master: state-dtype master weights (null when the state dtype equals the compute dtype:
   // then params are updated directly). m, v: state-dtype moments. t: 1-based step.
   virtual void AdamW(void* params, void* master, const void* grads, void* m, void* v,
-                     const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                     float eps, float weight_decay, int t, float grad_scale,
-                     const float* norm_sq, float max_norm) = 0;
+                     DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int t, float grad_scale, const float* norm_sq,
+                     float max_norm) = 0;
 
   // AdamW with the per-step values read on the device when it runs, so that one recorded
   // AdamW (a CUDA graph) serves every step. SetAdamWStep enqueues writing lr and step t (with
@@ -191,7 +203,7 @@ class Backend {
   virtual void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
                             bool skip_non_finite) = 0;
   virtual void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
-                               const uint8_t* decay_mask, size_t n, const float* step, float beta1,
+                               DecayBits decay, size_t n, const float* step, float beta1,
                                float beta2, float eps, float weight_decay, float grad_scale,
                                const float* norm_sq, float max_norm) = 0;
 

@@ -17,8 +17,8 @@ struct StepConst {
 // The loop body specialised on whether there is a master copy and a decay mask, so each
 // variant is a branch-free loop the compiler vectorises.
 template <typename S, bool kMaster, bool kMask>
-void Step(int threads, S* params, S* master, const S* grads, S* m, S* v, const uint8_t* decay_mask,
-          size_t n, const StepConst<S>& k) {
+void Step(int threads, S* params, S* master, const S* grads, S* m, S* v, DecayBits decay, size_t n,
+          const StepConst<S>& k) {
   const int64_t count = static_cast<int64_t>(n);
   const bool parallel = WorthParallel(threads, n * 4);
 #pragma omp parallel for simd num_threads(threads) schedule(static) if (parallel)
@@ -29,7 +29,8 @@ void Step(int threads, S* params, S* master, const S* grads, S* m, S* v, const u
     m[i] = mi;
     v[i] = vi;
     const S w = kMaster ? master[i] : params[i];
-    const S wd = kMask ? (decay_mask[i] != 0 ? k.wd : S{0}) : k.wd;
+    const size_t bit = decay.offset + static_cast<size_t>(i);
+    const S wd = kMask ? ((decay.bits[bit / 8] >> (bit % 8)) & 1u ? k.wd : S{0}) : k.wd;
     const S updated = w - k.lr * ((mi * k.inv_bc1) / (std::sqrt(vi * k.inv_bc2) + k.eps) + wd * w);
     if (kMaster) master[i] = updated;
     params[i] = updated;
@@ -39,8 +40,8 @@ void Step(int threads, S* params, S* master, const S* grads, S* m, S* v, const u
 }  // namespace
 
 template <typename S>
-void AdamW(int threads, S* params, S* master, const S* grads, S* m, S* v, const uint8_t* decay_mask,
-           size_t n, const AdamWParams& p) {
+void AdamW(int threads, S* params, S* master, const S* grads, S* m, S* v, DecayBits decay, size_t n,
+           const AdamWParams& p) {
   double clip = 1.0;
   if (p.max_norm > 0) {
     const double norm = std::sqrt(static_cast<double>(*p.norm_sq));
@@ -58,21 +59,21 @@ void AdamW(int threads, S* params, S* master, const S* grads, S* m, S* v, const 
   k.lr = p.lr;
   k.wd = p.weight_decay;
   if (master != nullptr) {
-    if (decay_mask != nullptr) {
-      Step<S, true, true>(threads, params, master, grads, m, v, decay_mask, n, k);
+    if (decay.bits != nullptr) {
+      Step<S, true, true>(threads, params, master, grads, m, v, decay, n, k);
     } else {
-      Step<S, true, false>(threads, params, master, grads, m, v, decay_mask, n, k);
+      Step<S, true, false>(threads, params, master, grads, m, v, decay, n, k);
     }
-  } else if (decay_mask != nullptr) {
-    Step<S, false, true>(threads, params, master, grads, m, v, decay_mask, n, k);
+  } else if (decay.bits != nullptr) {
+    Step<S, false, true>(threads, params, master, grads, m, v, decay, n, k);
   } else {
-    Step<S, false, false>(threads, params, master, grads, m, v, decay_mask, n, k);
+    Step<S, false, false>(threads, params, master, grads, m, v, decay, n, k);
   }
 }
 
-template void AdamW<float>(int, float*, float*, const float*, float*, float*, const uint8_t*,
-                           size_t, const AdamWParams&);
-template void AdamW<double>(int, double*, double*, const double*, double*, double*, const uint8_t*,
+template void AdamW<float>(int, float*, float*, const float*, float*, float*, DecayBits, size_t,
+                           const AdamWParams&);
+template void AdamW<double>(int, double*, double*, const double*, double*, double*, DecayBits,
                             size_t, const AdamWParams&);
 
 }  // namespace boulder::kernels::cpu

@@ -3,7 +3,8 @@
 //   g = grad * grad_scale * clip
 //   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g²
 //   w -= lr (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + wd w)
-// with wd = weight_decay where decay_mask is null or decay_mask[i] != 0, else 0, and
+// with wd = weight_decay where decay.bits is null or bit decay.offset + i is set (DecayBits,
+// kernels/backend.h), else 0, and
 // clip = min(1, max_norm / sqrt(*norm_sq)) when max_norm > 0 (1 when the norm is 0 or not a
 // number: a NaN gradient then shows up as NaN parameters rather than being hidden).
 // w is master[i] when master is non-null (params[i] then receives the updated master),
@@ -13,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/backend.h"
 
 namespace boulder::kernels::cpu {
 
@@ -29,8 +32,8 @@ struct AdamWParams {
 };
 
 template <typename S>
-void AdamW(int threads, S* params, S* master, const S* grads, S* m, S* v, const uint8_t* decay_mask,
-           size_t n, const AdamWParams& p);
+void AdamW(int threads, S* params, S* master, const S* grads, S* m, S* v, DecayBits decay, size_t n,
+           const AdamWParams& p);
 
 }  // namespace boulder::kernels::cpu
 

@@ -24,6 +24,7 @@ struct Hyper {
   float grad_scale = 0.5f;
   float max_norm = 0;  // 0: no clipping
   bool use_mask = false;
+  size_t mask_offset = 0;  // the call's first element's bit in the packed mask
   bool use_master = false;
 };
 
@@ -60,8 +61,15 @@ double RunSteps(Backend* be, const Hyper& h, double rtol, double floor_frac = 1e
   for (size_t i = 0; i < kN; ++i) mask[i] = i % 3 == 0 ? 0 : 1;
   Buf<S> params(be, ref.w), master(be, ref.w), m(be, ref.m), v(be, ref.v), grads(be, kN);
   ref.w = params.ToVector();  // start from the backend's rounding of the initial values
-  Buf<uint8_t> mask_buf(be, kN);
-  be->CopyFromHost(mask_buf.get(), mask.data(), kN);
+  // The packed mask holds mask_offset bits of the opposite pattern before the call's bits, so
+  // an offset read wrongly decays the wrong elements.
+  std::vector<uint8_t> full(h.mask_offset + kN);
+  for (size_t i = 0; i < full.size(); ++i) {
+    full[i] = i < h.mask_offset ? (i % 3 == 0 ? 1 : 0) : mask[i - h.mask_offset];
+  }
+  const std::vector<uint8_t> bits = PackDecayBits(full);
+  Buf<uint8_t> mask_buf(be, bits.size());
+  be->CopyFromHost(mask_buf.get(), bits.data(), bits.size());
   Buf<float> norm_sq(be, 1);
   double min_ratio = std::numeric_limits<double>::infinity();
   for (int t = 1; t <= kSteps; ++t) {
@@ -69,8 +77,8 @@ double RunSteps(Backend* be, const Hyper& h, double rtol, double floor_frac = 1e
     grads.Set(RandomVector(kN, 100 + t, -2, 2));
     be->NormSquared(norm_sq.get(), grads.get(), kN);
     be->AdamW(params.get(), h.use_master ? master.get() : nullptr, grads.get(), m.get(), v.get(),
-              h.use_mask ? mask_buf.get() : nullptr, kN, h.lr, h.beta1, h.beta2, h.eps,
-              h.weight_decay, t, h.grad_scale, norm_sq.get(), h.max_norm);
+              h.use_mask ? DecayBits{mask_buf.get(), h.mask_offset} : DecayBits{}, kN, h.lr,
+              h.beta1, h.beta2, h.eps, h.weight_decay, t, h.grad_scale, norm_sq.get(), h.max_norm);
     ReferenceStep(&ref, grads.ToVector(), mask, h, t, norm_sq[0]);
     if (h.max_norm > 0) min_ratio = std::min<double>(min_ratio, h.max_norm / std::sqrt(norm_sq[0]));
     ExpectAllClose(ref.w, params.get(), rtol, "params", floor_frac);
@@ -93,6 +101,23 @@ TEST(AdamWTest, MatchesFormulaWithClippingAndDecayMask) {
   h.max_norm = 1.0f;  // the gradients' norm is about 7: clipping applies on every step
   h.use_mask = true;
   EXPECT_LT(RunSteps<double>(be.get(), h, 1e-12), 0.5);
+}
+
+TEST(AdamWTest, DecayBitsFromAnOffsetInThePackedMask) {
+  auto be = NewCpuBackendF64();
+  Hyper h;
+  h.use_mask = true;
+  for (size_t offset : {1, 8, 13}) {
+    SCOPED_TRACE(offset);
+    h.mask_offset = offset;
+    RunSteps<double>(be.get(), h, 1e-12);
+  }
+}
+
+TEST(AdamWTest, PackDecayBitsPutsElementIAtBitIModulo8OfByteIOver8) {
+  const std::vector<uint8_t> mask = {1, 0, 0, 1, 0, 0, 0, 1, 0, 1, 7};
+  EXPECT_EQ(PackDecayBits(mask), (std::vector<uint8_t>{0x89, 0x06}));
+  EXPECT_TRUE(PackDecayBits({}).empty());
 }
 
 TEST(AdamWTest, ClippingThresholdAboveTheNormChangesNothing) {
@@ -128,8 +153,8 @@ TEST(AdamWTest, ZeroGradientNormIsNotClipped) {
   Buf<float> norm_sq(be.get(), 1);
   be->NormSquared(norm_sq.get(), grads.get(), 2);
   ASSERT_EQ(norm_sq[0], 0.0f);
-  be->AdamW(params.get(), nullptr, grads.get(), m.get(), v.get(), nullptr, 2, 0.1f, 0.9f, 0.999f,
-            1e-8f, 0.5f, 1, 1.0f, norm_sq.get(), 1.0f);
+  be->AdamW(params.get(), nullptr, grads.get(), m.get(), v.get(), DecayBits{}, 2, 0.1f, 0.9f,
+            0.999f, 1e-8f, 0.5f, 1, 1.0f, norm_sq.get(), 1.0f);
   // Only the weight decay moves the parameters: w -= lr * wd * w.
   const double lr_wd = static_cast<double>(0.1f) * 0.5;
   EXPECT_DOUBLE_EQ(params[0], 1.0 - lr_wd * 1.0);

@@ -257,9 +257,9 @@ void CpuBackend<S>::NormSquared(float* out, const void* x, size_t n) {
 
 template <typename S>
 void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m, void* v,
-                          const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                          float eps, float weight_decay, int t, float grad_scale,
-                          const float* norm_sq, float max_norm) {
+                          DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, int t, float grad_scale, const float* norm_sq,
+                          float max_norm) {
   AdamWParams p;
   p.lr = lr;
   p.beta1 = beta1;
@@ -270,8 +270,7 @@ void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m
   p.grad_scale = grad_scale;
   p.norm_sq = norm_sq;
   p.max_norm = max_norm;
-  cpu::AdamW(threads_, As<S>(params), As<S>(master), As<S>(grads), As<S>(m), As<S>(v), decay_mask,
-             n, p);
+  cpu::AdamW(threads_, As<S>(params), As<S>(master), As<S>(grads), As<S>(m), As<S>(v), decay, n, p);
 }
 
 template <typename S>
@@ -284,13 +283,13 @@ void CpuBackend<S>::SetAdamWStep(float* step, float lr, int t, float beta1, floa
 
 template <typename S>
 void CpuBackend<S>::AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
-                                    const uint8_t* decay_mask, size_t n, const float* step,
-                                    float beta1, float beta2, float eps, float weight_decay,
-                                    float grad_scale, const float* norm_sq, float max_norm) {
+                                    DecayBits decay, size_t n, const float* step, float beta1,
+                                    float beta2, float eps, float weight_decay, float grad_scale,
+                                    const float* norm_sq, float max_norm) {
   if (step[3] != 0.0f && norm_sq != nullptr && !std::isfinite(*norm_sq)) return;  // skipped
   int t = 0;
   std::memcpy(&t, &step[1], sizeof(t));
-  AdamW(params, master, grads, m, v, decay_mask, n, step[0], beta1, beta2, eps, weight_decay, t,
+  AdamW(params, master, grads, m, v, decay, n, step[0], beta1, beta2, eps, weight_decay, t,
         grad_scale, norm_sq, max_norm);
 }
 

@@ -77,17 +77,16 @@ class CpuBackend final : public Backend {
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
   void NormSquared(float* out, const void* x, size_t n) override;
-  void AdamW(void* params, void* master, const void* grads, void* m, void* v,
-             const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
-             float weight_decay, int t, float grad_scale, const float* norm_sq,
-             float max_norm) override;
+  void AdamW(void* params, void* master, const void* grads, void* m, void* v, DecayBits decay,
+             size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+             float grad_scale, const float* norm_sq, float max_norm) override;
   // "Device" memory is host memory: step holds lr and t (its bits) until AdamWDeviceStep.
   void SetAdamWStep(float* step, float lr, int t, float beta1, float beta2,
                     bool skip_non_finite) override;
   void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
-                       const uint8_t* decay_mask, size_t n, const float* step, float beta1,
-                       float beta2, float eps, float weight_decay, float grad_scale,
-                       const float* norm_sq, float max_norm) override;
+                       DecayBits decay, size_t n, const float* step, float beta1, float beta2,
+                       float eps, float weight_decay, float grad_scale, const float* norm_sq,
+                       float max_norm) override;
   void Argmax(int32_t* out, const void* logits, int N, int V, int Vp) override;
   // FP8 ops emulated exactly (kernels/cpu/fp8.h); Fp8Supported() says they are emulated.
   absl::Status Fp8Supported() const override;

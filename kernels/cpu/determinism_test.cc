@@ -141,8 +141,8 @@ TEST(DeterminismTest, NormAndAdamW) {
     Buf<float> m(be, RandomVector(n, 3, 0, 0.1)), v(be, RandomVector(n, 4, 0, 0.01));
     Buf<float> norm(be, 1);
     be->NormSquared(norm.get(), grads.get(), n);
-    be->AdamW(params.get(), nullptr, grads.get(), m.get(), v.get(), nullptr, n, 1e-3f, 0.9f, 0.95f,
-              1e-8f, 0.1f, 3, 1.0f, norm.get(), 1.0f);
+    be->AdamW(params.get(), nullptr, grads.get(), m.get(), v.get(), DecayBits{}, n, 1e-3f, 0.9f,
+              0.95f, 1e-8f, 0.1f, 3, 1.0f, norm.get(), 1.0f);
     for (const Buf<float>* x : {&norm, &params, &m, &v}) Append(out, x->get(), x->size());
   });
 }

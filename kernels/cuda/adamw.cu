@@ -23,11 +23,14 @@ __device__ __forceinline__ float AdamWOne(float g, float& m, float& v, float p, 
 // Thread i updates elements [8i, 8i + 8) with 16- and 32-byte accesses when the buffers allow
 // (vec8: n of them are whole groups of 8 and every pointer is 16-byte aligned), element i
 // otherwise.
+// decay_bits: one bit per element from bit decay_offset (kVec8: decay_offset % 8 == 0, so a
+// thread's 8 elements are one byte's bits).
 template <bool kVec8>
 __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, float* m, float* v,
-                            const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                            float eps, float wd, float bc1, float bc2, float grad_scale,
-                            const float* norm_sq, float max_norm, const float* step) {
+                            const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr,
+                            float beta1, float beta2, float eps, float wd, float bc1, float bc2,
+                            float grad_scale, const float* norm_sq, float max_norm,
+                            const float* step) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= (kVec8 ? n / 8 : n)) return;
   if (step != nullptr) {
@@ -58,14 +61,12 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
 #pragma unroll
       for (int k = 0; k < 8; ++k) pv[k] = __bfloat162float(p8.v[k]);
     }
-    uint2 mask = make_uint2(0x01010101u, 0x01010101u);
-    if (decay_mask != nullptr) mask = *reinterpret_cast<const uint2*>(decay_mask + e);
-    const uint8_t* mk = reinterpret_cast<const uint8_t*>(&mask);
+    const uint32_t mask = decay_bits != nullptr ? decay_bits[decay_offset / 8 + i] : 0xffu;
     Bf16x8 out;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       pv[k] = AdamWOne(__bfloat162float(gv.v[k]) * scale, mv[k], vv[k], pv[k], lr, beta1, beta2,
-                       eps, mk[k] ? wd : 0.f, bc1, bc2);
+                       eps, (mask >> k) & 1u ? wd : 0.f, bc1, bc2);
       out.v[k] = __float2bfloat16(pv[k]);
     }
     *reinterpret_cast<float4*>(m + e) = *reinterpret_cast<const float4*>(mv);
@@ -80,7 +81,9 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
   } else {
     float mi = m[i], vi = v[i];
     const float p0 = master ? master[i] : __bfloat162float(params[i]);
-    const float decay = (decay_mask == nullptr || decay_mask[i]) ? wd : 0.f;
+    const size_t bit = decay_offset + i;
+    const float decay =
+        (decay_bits == nullptr || (decay_bits[bit / 8] >> (bit % 8)) & 1u) ? wd : 0.f;
     const float p = AdamWOne(__bfloat162float(grads[i]) * scale, mi, vi, p0, lr, beta1, beta2, eps,
                              decay, bc1, bc2);
     m[i] = mi;
@@ -114,34 +117,34 @@ cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float bet
 }
 
 cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
-                  const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
-                  float max_norm, const float* step, cudaStream_t s) {
+                  const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale,
+                  const float* norm_sq, float max_norm, const float* step, cudaStream_t s) {
   float bc1 = 0.f, bc2 = 0.f;
   if (step == nullptr) BiasCorrections(beta1, beta2, t, &bc1, &bc2);
   // Without weight decay the mask changes nothing (every element's decay term is 0 * p either
-  // way): not reading it saves one of the 29 bytes the update moves per parameter.
-  if (weight_decay == 0.f) decay_mask = nullptr;
+  // way): not reading it saves its bit per parameter.
+  if (weight_decay == 0.f) decay_bits = nullptr;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const size_t groups = n / 8;
   const bool vec8 = groups > 0 && aligned(params) && aligned(master) && aligned(grads) &&
-                    aligned(m) && aligned(v) && reinterpret_cast<uintptr_t>(decay_mask) % 8 == 0;
+                    aligned(m) && aligned(v) && (decay_bits == nullptr || decay_offset % 8 == 0);
   if (vec8) {
     AdamWKernel<true><<<CeilDiv(groups, 256), 256, 0, s>>>(
-        params, master, grads, m, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2,
-        grad_scale, norm_sq, max_norm, step);
+        params, master, grads, m, v, decay_bits, decay_offset, n, lr, beta1, beta2, eps,
+        weight_decay, bc1, bc2, grad_scale, norm_sq, max_norm, step);
     const size_t done = 8 * groups;
     if (done == n) return cudaGetLastError();
     // The tail (fewer than 8 elements), element by element.
-    AdamWKernel<false>
-        <<<1, 8, 0, s>>>(params + done, master ? master + done : nullptr, grads + done, m + done,
-                         v + done, decay_mask ? decay_mask + done : nullptr, n - done, lr, beta1,
-                         beta2, eps, weight_decay, bc1, bc2, grad_scale, norm_sq, max_norm, step);
+    AdamWKernel<false><<<1, 8, 0, s>>>(params + done, master ? master + done : nullptr,
+                                       grads + done, m + done, v + done, decay_bits,
+                                       decay_offset + done, n - done, lr, beta1, beta2, eps,
+                                       weight_decay, bc1, bc2, grad_scale, norm_sq, max_norm, step);
     return cudaGetLastError();
   }
-  AdamWKernel<false><<<CeilDiv(n, 512), 512, 0, s>>>(params, master, grads, m, v, decay_mask, n, lr,
-                                                     beta1, beta2, eps, weight_decay, bc1, bc2,
-                                                     grad_scale, norm_sq, max_norm, step);
+  AdamWKernel<false><<<CeilDiv(n, 512), 512, 0, s>>>(
+      params, master, grads, m, v, decay_bits, decay_offset, n, lr, beta1, beta2, eps, weight_decay,
+      bc1, bc2, grad_scale, norm_sq, max_norm, step);
   return cudaGetLastError();
 }
 

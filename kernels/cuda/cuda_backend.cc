@@ -475,15 +475,15 @@ void CudaBackend::NormSquared(float* out, const void* x, size_t n) {
 }
 
 void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, void* v,
-                        const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, int t, float grad_scale,
-                        const float* norm_sq, float max_norm) {
+                        DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int t, float grad_scale, const float* norm_sq,
+                        float max_norm) {
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
   Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
                     static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
-                    decay_mask, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale, norm_sq,
-                    max_norm, /*step=*/nullptr, stream_),
+                    decay.bits, decay.offset, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
+                    norm_sq, max_norm, /*step=*/nullptr, stream_),
         "AdamW");
 }
 
@@ -495,15 +495,15 @@ void CudaBackend::SetAdamWStep(float* step, float lr, int t, float beta1, float 
 }
 
 void CudaBackend::AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
-                                  const uint8_t* decay_mask, size_t n, const float* step,
-                                  float beta1, float beta2, float eps, float weight_decay,
-                                  float grad_scale, const float* norm_sq, float max_norm) {
+                                  DecayBits decay, size_t n, const float* step, float beta1,
+                                  float beta2, float eps, float weight_decay, float grad_scale,
+                                  const float* norm_sq, float max_norm) {
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
   Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
                     static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
-                    decay_mask, n, /*lr=*/0.f, beta1, beta2, eps, weight_decay, /*t=*/0, grad_scale,
-                    norm_sq, max_norm, step, stream_),
+                    decay.bits, decay.offset, n, /*lr=*/0.f, beta1, beta2, eps, weight_decay,
+                    /*t=*/0, grad_scale, norm_sq, max_norm, step, stream_),
         "AdamW");
 }
 

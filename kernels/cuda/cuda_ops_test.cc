@@ -461,13 +461,30 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   std::vector<float> zeros(n, 0.f);
   m.Set(zeros);
   v.Set(zeros);
+  // A random decay mask, packed from bit 8: the first call ([0, n1), bits from 8) takes the
+  // 8-element path and its tail, the second ([n1, n), from the odd bit 8 + n1) the element path.
+  const size_t n1 = 50005;
+  std::vector<uint8_t> mask(8 + n);
+  for (uint8_t& b : mask) b = std::uniform_int_distribution<int>(0, 1)(rng_);
+  const std::vector<uint8_t> bits = PackDecayBits(mask);
+  absl::StatusOr<void*> gpu_bits = gpu_->Alloc(bits.size());
+  ASSERT_TRUE(gpu_bits.ok());
+  gpu_->CopyFromHost(*gpu_bits, bits.data(), bits.size());
+  const auto* gbits = static_cast<const uint8_t*>(*gpu_bits);
+  auto f32 = [](void* p, size_t i) { return static_cast<float*>(p) + i; };
+  auto b16 = [](void* p, size_t i) { return static_cast<uint16_t*>(p) + i; };
   for (int t = 1; t <= 3; ++t) {
-    cpu_->AdamW(params.c, nullptr, grads.c, m.c, v.c, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                t, 1.f, ns.cf(), 0.5f);
-    gpu_->AdamW(params.g, master.g, grads.g, m.g, v.g, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                t, 1.f, ns.gf(), 0.5f);
+    for (const auto& [lo, hi] : {std::pair<size_t, size_t>{0, n1}, {n1, n}}) {
+      cpu_->AdamW(f32(params.c, lo), nullptr, f32(grads.c, lo), f32(m.c, lo), f32(v.c, lo),
+                  DecayBits{bits.data(), 8 + lo}, hi - lo, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.f,
+                  ns.cf(), 0.5f);
+      gpu_->AdamW(b16(params.g, lo), f32(master.g, lo), b16(grads.g, lo), f32(m.g, lo),
+                  f32(v.g, lo), DecayBits{gbits, 8 + lo}, hi - lo, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                  t, 1.f, ns.gf(), 0.5f);
+    }
   }
   ASSERT_TRUE(gpu_->Synchronize().ok());
+  gpu_->Free(*gpu_bits);
   // FP32 master weights on the GPU against the CPU's FP32 parameters.
   std::vector<float> want = params.Cpu(), got = master.Gpu();
   double err = 0;

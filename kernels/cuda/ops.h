@@ -137,10 +137,12 @@ cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targ
 
 // ---- adamw.cu ----
 // step: null, or the device array AdamWStepValues wrote (lr and t are then taken from it).
+// decay_bits, decay_offset: Backend::AdamW's DecayBits (kernels/backend.h): element i decays
+// where bit decay_offset + i of decay_bits is set, or everywhere when decay_bits is null.
 cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
-                  const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, int t, float grad_scale, const float* norm_sq,
-                  float max_norm, const float* step, cudaStream_t s);
+                  const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale,
+                  const float* norm_sq, float max_norm, const float* step, cudaStream_t s);
 // Writes lr and t's bias corrections into step[Backend::kAdamWStepFloats] (one tiny kernel);
 // skip_non_finite: AdamW with this step array then leaves everything untouched when *norm_sq is
 // inf or NaN.

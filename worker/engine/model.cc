@@ -110,7 +110,7 @@ absl::Status Model::Allocate() {
   if (s.ok()) s = alloc(nt * elem_, &grads_);
   if (s.ok()) s = alloc(nt * state_elem_, &m_);
   if (s.ok()) s = alloc(nt * state_elem_, &v_);
-  if (s.ok()) s = alloc(nt, &decay_mask_);
+  if (s.ok()) s = alloc((nt + 7) / 8, &decay_bits_);
   if (s.ok() && backend_->state_dtype() != backend_->compute_dtype()) {
     s = alloc(nt * state_elem_, &master_);
   }
@@ -120,10 +120,15 @@ absl::Status Model::Allocate() {
   backend_->Memset0(grads_, nt * elem_);
   backend_->Memset0(m_, nt * state_elem_);
   backend_->Memset0(v_, nt * state_elem_);
+  // The decay mask of the trainable parameters (in gradient order), one bit each.
   const std::vector<uint8_t> mask = layout_.DecayMask();
+  std::vector<uint8_t> trainable_mask(nt);
   for (const TrainableRun& r : runs_) {
-    backend_->CopyFromHost(decay_mask_ + r.grad_offset, mask.data() + r.param_offset, r.numel);
+    std::copy_n(mask.begin() + static_cast<std::ptrdiff_t>(r.param_offset), r.numel,
+                trainable_mask.begin() + static_cast<std::ptrdiff_t>(r.grad_offset));
   }
+  const std::vector<uint8_t> bits = kernels::PackDecayBits(trainable_mask);
+  backend_->CopyFromHost(decay_bits_, bits.data(), bits.size());
 
   // The arena: two passes over the same carving, the first to size it.
   rows_ = std::max(options_.batch_size * options_.seq_len, c.context);
@@ -214,7 +219,7 @@ absl::Status Model::Allocate() {
 
 size_t Model::total_bytes() const {
   const size_t n = layout_.num_params(), nt = num_trainable_;
-  return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + nt +
+  return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + (nt + 7) / 8 +
          arena_bytes_ + fp8_bytes_;
 }
 

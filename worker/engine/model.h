@@ -338,7 +338,7 @@ class Model {
   void* master_ = nullptr;  // null when state dtype == compute dtype
   void* m_ = nullptr;
   void* v_ = nullptr;
-  uint8_t* decay_mask_ = nullptr;
+  uint8_t* decay_bits_ = nullptr;  // kernels::DecayBits of the trainable parameters
   size_t arena_bytes_ = 0;
   std::vector<TrainableRun> runs_;
   size_t num_trainable_ = 0;

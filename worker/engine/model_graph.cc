@@ -76,9 +76,9 @@ void Model::EnqueueOptimizerStep() {
     backend_->AdamWDeviceStep(Advance(params_, r.param_offset * elem_),
                               master_ == nullptr ? nullptr : Advance(master_, g * state_elem_),
                               Advance(grads_, g * elem_), Advance(m_, g * state_elem_),
-                              Advance(v_, g * state_elem_), decay_mask_ + g, r.numel, adamw_step_,
-                              a.beta1, a.beta2, a.eps, a.weight_decay, 1.0f, act_.norm_sq,
-                              a.grad_clip);
+                              Advance(v_, g * state_elem_), kernels::DecayBits{decay_bits_, g},
+                              r.numel, adamw_step_, a.beta1, a.beta2, a.eps, a.weight_decay, 1.0f,
+                              act_.norm_sq, a.grad_clip);
   }
   ++fp8_weight_version_;  // the FP8 weight copies are stale now
 }

@@ -240,13 +240,19 @@ TEST(GpuStepGraphTest, AdamWDeviceStepMatchesAdamWBitForBit) {
   Set a = make(), b = make();
   float* norm_sq = static_cast<float*>(alloc(4));
   float* step = static_cast<float*>(alloc(kernels::Backend::kAdamWStepFloats * 4));
+  std::vector<uint8_t> mask(n);
+  for (uint8_t& b : mask) b = rng.Uniform() < 0.5 ? 1 : 0;
+  const std::vector<uint8_t> packed = kernels::PackDecayBits(mask);
+  void* mask_bits = alloc(packed.size());
+  be->CopyFromHost(mask_bits, packed.data(), packed.size());
+  const kernels::DecayBits bits{static_cast<const uint8_t*>(mask_bits), 0};
   be->NormSquared(norm_sq, a.grads, n);
   for (int t : {1, 7, 1000}) {
     const float lr = 3e-4f * t;
-    be->AdamW(a.params, a.master, a.grads, a.m, a.v, nullptr, n, lr, 0.9f, 0.95f, 1e-8f, 0.1f, t,
-              1.0f, norm_sq, 1.0f);
+    be->AdamW(a.params, a.master, a.grads, a.m, a.v, bits, n, lr, 0.9f, 0.95f, 1e-8f, 0.1f, t, 1.0f,
+              norm_sq, 1.0f);
     be->SetAdamWStep(step, lr, t, 0.9f, 0.95f, /*skip_non_finite=*/false);
-    be->AdamWDeviceStep(b.params, b.master, b.grads, b.m, b.v, nullptr, n, step, 0.9f, 0.95f, 1e-8f,
+    be->AdamWDeviceStep(b.params, b.master, b.grads, b.m, b.v, bits, n, step, 0.9f, 0.95f, 1e-8f,
                         0.1f, 1.0f, norm_sq, 1.0f);
   }
   ASSERT_TRUE(be->Synchronize().ok());

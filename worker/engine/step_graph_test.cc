@@ -152,11 +152,11 @@ class RecordingBackend final : public kernels::Backend {
     Op([=] { be_->NormSquared(out, x, n); });
   }
   void AdamW(void* params, void* master, const void* grads, void* m, void* v,
-             const uint8_t* decay_mask, size_t n, float lr, float beta1, float beta2, float eps,
+             kernels::DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int t, float grad_scale, const float* norm_sq,
              float max_norm) override {
     Op([=] {
-      be_->AdamW(params, master, grads, m, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay, t,
+      be_->AdamW(params, master, grads, m, v, decay, n, lr, beta1, beta2, eps, weight_decay, t,
                  grad_scale, norm_sq, max_norm);
     });
   }
@@ -165,11 +165,11 @@ class RecordingBackend final : public kernels::Backend {
     Op([=] { be_->SetAdamWStep(step, lr, t, beta1, beta2, skip_non_finite); });
   }
   void AdamWDeviceStep(void* params, void* master, const void* grads, void* m, void* v,
-                       const uint8_t* decay_mask, size_t n, const float* step, float beta1,
+                       kernels::DecayBits decay, size_t n, const float* step, float beta1,
                        float beta2, float eps, float weight_decay, float grad_scale,
                        const float* norm_sq, float max_norm) override {
     Op([=] {
-      be_->AdamWDeviceStep(params, master, grads, m, v, decay_mask, n, step, beta1, beta2, eps,
+      be_->AdamWDeviceStep(params, master, grads, m, v, decay, n, step, beta1, beta2, eps,
                            weight_decay, grad_scale, norm_sq, max_norm);
     });
   }
@@ -428,8 +428,9 @@ TEST(StepGraphTest, CpuBackendSkipFlags) {
       std::vector<float> params = {1.0f, -2.0f}, grads = {0.5f, 0.25f}, m = {0, 0}, v = {0, 0};
       float step[kernels::Backend::kAdamWStepFloats];
       be->SetAdamWStep(step, 0.1f, 1, 0.9f, 0.95f, skip);
-      be->AdamWDeviceStep(params.data(), nullptr, grads.data(), m.data(), v.data(), nullptr, 2,
-                          step, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, &norm_sq, 0.0f);
+      be->AdamWDeviceStep(params.data(), nullptr, grads.data(), m.data(), v.data(),
+                          kernels::DecayBits{}, 2, step, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, &norm_sq,
+                          0.0f);
       const bool skipped = skip && !std::isfinite(norm_sq);
       EXPECT_EQ(params[0] == 1.0f && m[0] == 0.0f && v[0] == 0.0f, skipped)
           << "norm_sq " << norm_sq << " skip " << skip;
