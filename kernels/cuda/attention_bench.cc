@@ -122,7 +122,6 @@ void Run(const Shape& sh, int warmup, int iters) {
   const double fwd_mma = forward(AttentionKernel::kMmaSync);
   const bool wgmma = AttentionWgmmaAvailable();
   const double fwd_wgmma = wgmma ? forward(AttentionKernel::kWgmma) : NAN;
-  const double fwd_pipelined = wgmma ? forward(AttentionKernel::kWgmmaPipelined) : NAN;
   const double fwd = wgmma ? fwd_wgmma : fwd_mma;  // what the backend runs
   // Backward per kernel (mma.sync, then wgmma where available) and dQ mode (with wgmma both
   // modes run the same kernels).
@@ -145,7 +144,6 @@ void Run(const Shape& sh, int warmup, int iters) {
     double ms, flop;
   } rows[] = {{"forward, mma.sync", fwd_mma, fwd_flop},
               {"forward, wgmma", fwd_wgmma, fwd_flop},
-              {"forward, wgmma pipelined", fwd_pipelined, fwd_flop},
               {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
               {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
               {"bwd (both modes), wgmma", bwd[1][1], bwd_flop}};

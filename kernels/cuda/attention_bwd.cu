@@ -73,10 +73,7 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   const int hs = C / NH;
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
   const bool wgmma = AttentionUsesWgmma(kernel);
-  if ((kernel == AttentionKernel::kWgmma || kernel == AttentionKernel::kWgmmaPipelined) &&
-      !wgmma) {
-    return cudaErrorNotSupported;  // (the backward has no pipelined variant: kWgmma's kernels)
-  }
+  if (kernel == AttentionKernel::kWgmma && !wgmma) return cudaErrorNotSupported;
   if (hs == 64) {
     return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, scratch, s);
   }

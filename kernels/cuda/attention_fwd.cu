@@ -51,13 +51,8 @@ cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, in
   }
   const int hs = C / NH;
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
-  if (AttentionUsesWgmma(kernel)) {
-    return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s,
-                                kernel == AttentionKernel::kWgmmaPipelined);
-  }
-  if (kernel == AttentionKernel::kWgmma || kernel == AttentionKernel::kWgmmaPipelined) {
-    return cudaErrorNotSupported;
-  }
+  if (AttentionUsesWgmma(kernel)) return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s);
+  if (kernel == AttentionKernel::kWgmma) return cudaErrorNotSupported;
   if (hs == 64) return Forward<64>(out, stats, qkv, B, T, C, NH, s);
   if (hs == 128) return Forward<128>(out, stats, qkv, B, T, C, NH, s);
   return cudaErrorInvalidValue;

@@ -9,23 +9,18 @@ namespace {
 
 using attn::bf16;
 using attn::FlashForwardSm90Kernel;
-using attn::FlashForwardSm90PipelinedKernel;
 using attn::Sm90FwdCfg;
 
 template <int HS>
 cudaError_t ForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
-                        cudaStream_t s, bool pipelined) {
+                        cudaStream_t s) {
   using Cfg = Sm90FwdCfg<HS>;
-  // Pipelined: two blocks per multiprocessor at head size 64, one at 128 (the registers of S,
-  // P and O at once; FlashForwardSm90PipelinedKernel).
-  auto* kernel = pipelined ? FlashForwardSm90PipelinedKernel<HS, HS == 64 ? 2 : 1>
-                           : FlashForwardSm90Kernel<HS>;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  cudaError_t err = cudaFuncSetAttribute(
+      FlashForwardSm90Kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
   dim3 grid(B * NH, CeilDiv(T, Cfg::kBq));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(out, stats, qkv, T, C, NH,
-                                                       attn::kLog2e / sqrtf(float(HS)));
+  FlashForwardSm90Kernel<HS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(
+      out, stats, qkv, T, C, NH, attn::kLog2e / sqrtf(float(HS)));
   return cudaGetLastError();
 }
 
@@ -47,10 +42,10 @@ bool AttentionWgmmaAvailable() {
 }
 
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                                 int NH, cudaStream_t s, bool pipelined) {
+                                 int NH, cudaStream_t s) {
   const int hs = C / NH;
-  if (hs == 64) return ForwardSm90<64>(out, stats, qkv, B, T, C, NH, s, pipelined);
-  if (hs == 128) return ForwardSm90<128>(out, stats, qkv, B, T, C, NH, s, pipelined);
+  if (hs == 64) return ForwardSm90<64>(out, stats, qkv, B, T, C, NH, s);
+  if (hs == 128) return ForwardSm90<128>(out, stats, qkv, B, T, C, NH, s);
   return cudaErrorInvalidValue;
 }
 

@@ -31,131 +31,6 @@ struct Sm90FwdCfg {
   static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;
 };
 
-// One key tile's online-softmax step on a warpgroup's S accumulators (m64n64: this thread's
-// rows `row` and row + 8, columns kv0 + 8j + 2·t4 + {0, 1}): masks keys after the query where
-// the tile crosses the warpgroup's diagonal (qw: its first row), raises the running maxima m0,
-// m1 (base 2, scaled), replaces s by exp2(s·scale_log2 − m), adds its row sums to l0, l1 after
-// scaling them by alpha0, alpha1 = exp2(m_old − m_new), which the caller applies to O.
-__device__ __forceinline__ void OnlineSoftmaxTile(float (&s)[32], int kv0, int qw, int row, int t4,
-                                                  float scale_log2, float& m0, float& m1,
-                                                  float& l0, float& l1, float& alpha0,
-                                                  float& alpha1) {
-  constexpr int kBkv = 64;
-  if (kv0 + kBkv - 1 > qw) {  // crosses the warpgroup's diagonal: mask key > query
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (kv0 + 8 * j + 2 * t4 + (e & 1) > row + (e >> 1) * 8) s[4 * j + e] = -INFINITY;
-      }
-    }
-  }
-  float r0 = -INFINITY, r1 = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    r0 = fmaxf(r0, fmaxf(s[4 * j], s[4 * j + 1]));
-    r1 = fmaxf(r1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-  }
-  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-  const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
-  alpha0 = exp2f(m0 - mn0);
-  alpha1 = exp2f(m1 - mn1);
-  m0 = mn0;
-  m1 = mn1;
-  float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    s[4 * j] = exp2f(fmaf(s[4 * j], scale_log2, -mn0));
-    s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -mn0));
-    s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -mn1));
-    s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -mn1));
-    sum0 += s[4 * j] + s[4 * j + 1];
-    sum1 += s[4 * j + 2] + s[4 * j + 3];
-  }
-  l0 = l0 * alpha0 + sum0;
-  l1 = l1 * alpha1 + sum1;
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
-// S = Q·Kᵀ for a warpgroup's 64 query rows (q_addr) and a tile of 64 keys (k_addr), issued
-// (not committed): HS/16 wgmma m64n64k16 from shared memory into s.
-template <int HS>
-__device__ __forceinline__ void IssueScores(float (&s)[32], uint32_t q_addr, uint32_t k_addr) {
-  constexpr int kBq = Sm90FwdCfg<HS>::kBq, kBkv = Sm90FwdCfg<HS>::kBkv;
-#pragma unroll
-  for (int kk = 0; kk < HS / 16; ++kk) {
-    const uint32_t step = (kk % 4) * 32u;  // within the atom
-    wgmma::WgmmaSS64<0, 0>(s, wgmma::Desc(q_addr + (kk / 4) * kBq * 128 + step, 16, 1024),
-                           wgmma::Desc(k_addr + (kk / 4) * kBkv * 128 + step, 16, 1024), kk > 0);
-  }
-}
-
-// O += P·V for P (BF16, packed from S's registers) and a tile of 64 values (v_addr), issued
-// (not committed): 4 wgmma m64nHSk16, V read MN-major.
-template <int HS>
-__device__ __forceinline__ void IssueValues(float (&o)[HS / 2], const uint32_t (&p)[4][4],
-                                            uint32_t v_addr) {
-  constexpr int kBkv = Sm90FwdCfg<HS>::kBkv;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t dv = wgmma::Desc(v_addr + kk * 16 * 128, kBkv * 128, 1024);
-    if constexpr (HS == 64) {
-      wgmma::WgmmaRS64<1>(o, p[kk], dv);
-    } else {
-      wgmma::WgmmaRS128<1>(o, p[kk], dv);
-    }
-  }
-}
-#endif
-
-// Marks P's registers as read here: the compiler takes a wgmma's register operands as consumed
-// at issue, and could otherwise reuse them for the softmax while the product still reads them.
-__device__ __forceinline__ void KeepOperand(uint32_t (&p)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(p[i][j])::"memory");
-  }
-}
-
-__device__ __forceinline__ void PackProbabilities(const float (&s)[32], uint32_t (&p)[4][4]) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
-    p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
-    p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
-    p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
-  }
-}
-
-// The end of a block's forward: O / l staged through the warpgroup's own Q rows (read only by
-// its own, finished, products), so every global store is a whole 16-byte chunk of a row, and
-// stats = (m + log2 l)·ln 2 as the backward expects.
-template <int HS>
-__device__ __forceinline__ void FinishForward(bf16* out, float* stats, unsigned char* sQ,
-                                              float (&o)[HS / 2], float m0, float m1, float l0,
-                                              float l1, int b, int h, int T, int C, int NH, int qw,
-                                              int wg, int wq, int g, int t4, int row) {
-  constexpr int kBq = Sm90FwdCfg<HS>::kBq;
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
-  attn::WarpgroupBarrier(wg);
-  attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                    64 * wg);
-  if (t4 == 0) {
-    float* st = stats + (size_t(b) * NH + h) * T;
-    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
-    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
-  }
-}
-
 // Two blocks per multiprocessor at both head sizes: at 128 that caps registers at 128 and ptxas
 // spills 92 bytes, and it still runs faster than one block of 161 registers (H200, hidden-2048
 // shape: 0.109 against 0.122 ms per call; the spare warps hide the wgmma and softmax latency).
@@ -220,13 +95,52 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       wgmma::FenceOperand(s);
       wgmma::Fence();
-      IssueScores<HS>(s, q_addr, k_addr);
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32u;  // within the atom
+        wgmma::WgmmaSS64<0, 0>(s, wgmma::Desc(q_addr + (kk / 4) * kBq * 128 + step, 16, 1024),
+                               wgmma::Desc(k_addr + (kk / 4) * kBkv * 128 + step, 16, 1024),
+                               kk > 0);
+      }
       wgmma::Commit();
       wgmma::Wait<0>();
       wgmma::FenceOperand(s);
 
-      float alpha0, alpha1;
-      OnlineSoftmaxTile(s, kv0, qw, row, t4, scale_log2, m0, m1, l0, l1, alpha0, alpha1);
+      if (kv0 + kBkv - 1 > qw) {  // crosses the warpgroup's diagonal: mask key > query
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (kv0 + 8 * j + 2 * t4 + (e & 1) > row + (e >> 1) * 8) s[4 * j + e] = -INFINITY;
+          }
+        }
+      }
+      float r0 = -INFINITY, r1 = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        r0 = fmaxf(r0, fmaxf(s[4 * j], s[4 * j + 1]));
+        r1 = fmaxf(r1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+      const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
+      const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[4 * j] = exp2f(fmaf(s[4 * j], scale_log2, -mn0));
+        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -mn0));
+        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -mn1));
+        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -mn1));
+        sum0 += s[4 * j] + s[4 * j + 1];
+        sum1 += s[4 * j + 2] + s[4 * j + 3];
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
 #pragma unroll
       for (int j = 0; j < kO / 4; ++j) {
         o[4 * j] *= alpha0;
@@ -235,10 +149,24 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
         o[4 * j + 3] *= alpha1;
       }
       uint32_t p[4][4];
-      PackProbabilities(s, p);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
+        p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
+        p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
+        p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
       wgmma::FenceOperand(o);
       wgmma::Fence();
-      IssueValues<HS>(o, p, v_addr);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t dv = wgmma::Desc(v_addr + kk * 16 * 128, kBkv * 128, 1024);
+        if constexpr (HS == 64) {
+          wgmma::WgmmaRS64<1>(o, p[kk], dv);
+        } else {
+          wgmma::WgmmaRS128<1>(o, p[kk], dv);
+        }
+      }
       wgmma::Commit();
       wgmma::Wait<0>();
       wgmma::FenceOperand(o);
@@ -247,139 +175,22 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
   }
   attn::CpAsyncWait<0>();
 
-  FinishForward<HS>(out, stats, sQ, o, m0, m1, l0, l1, b, h, T, C, NH, qw, wg, wq, g, t4, row);
-#else
-  __trap();  // launched only where AttentionWgmmaAvailable() holds
-#endif
-}
-
-// The same forward with each warpgroup's products overlapped with its softmax (FlashAttention-3's
-// intra-warpgroup pipelining): while the softmax of key tile j + 1 runs on its S, the tensor
-// cores compute O += P_j·V_j. Per warpgroup and tile j: issue S_{j+1} = Q·K_{j+1}ᵀ and
-// O += P_j·V_j as two wgmma groups, wait for the first, mask and softmax S_{j+1}, wait for the
-// second, scale O by the new alpha and pack P_{j+1}. O therefore sees the same operations in the
-// same order as FlashForwardSm90Kernel's (O·alpha_j + P_j·V_j, tile by tile), and l and m the
-// same sums: the outputs are bit-identical. The copies are staged so that K_{j+1} and V_j are
-// resident together: group j of cp.async loads K_{j+2} and V_{j+1} into the stages K_j and
-// V_{j−1} left. Registers hold S, the in-flight P and O at once: kMinBlocks 2 caps them at 128
-// (head size 64), 1 at 255 (128).
-template <int HS, int kMinBlocks>
-__global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
-    FlashForwardSm90PipelinedKernel(bf16* __restrict__ out, float* __restrict__ stats,
-                                    const bf16* __restrict__ qkv, int T, int C, int NH,
-                                    float scale_log2) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
-  using Cfg = Sm90FwdCfg<HS>;
-  constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kO = HS / 2;
-  extern __shared__ __align__(16) unsigned char smem[];
-  unsigned char* sQ = attn::AlignSwizzled(smem);
-  unsigned char* sK = sQ + Cfg::kQBytes;
-  unsigned char* sV = sK + 2 * Cfg::kKVBytes;
-
-  const int qt = gridDim.y - 1 - blockIdx.y;
-  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
-  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int g = lane / 4, t4 = lane % 4;
-  const size_t stride = 3 * size_t(C);
-  const bf16* qbase = qkv + size_t(b) * T * stride + h * HS;
-  const bf16* kbase = qbase + C;
-  const bf16* vbase = qbase + 2 * C;
-  const int q0 = qt * kBq;
-  const int n_kv = (min(q0 + kBq, T) - 1) / kBkv + 1;  // the block's key tiles
-  const int qw = q0 + 64 * wg;                         // the warpgroup's first query row
-  const int row = qw + 16 * wq + g;                    // this thread's rows: row and row + 8
-  // The warpgroup's tiles: those starting at or before its last row (qw + 63); at least one.
-  const int n_w = min(n_kv, qw / kBkv + 1);
-  const uint32_t q_addr = attn::SmemAddr(sQ) + wg * 64 * 128;
-  auto k_stage = [&](int j) { return sK + (j & 1) * Cfg::kKVBytes; };
-  auto v_stage = [&](int j) { return sV + (j & 1) * Cfg::kKVBytes; };
-
-  attn::LoadSwizzledAsync<kBq, HS, Cfg::kThreads>(sQ, qbase, stride, q0, T);
-  attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(k_stage(0), kbase, stride, 0, T);
-  attn::CpAsyncCommit();
-  if (n_kv > 1) {
-    attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(k_stage(1), kbase, stride, kBkv, T);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  // The warpgroup's Q rows (read only by its own, finished, products) stage its output, so
+  // every global store is a whole 16-byte chunk of a row.
+  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
+  attn::WarpgroupBarrier(wg);
+  attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                    64 * wg);
+  if (t4 == 0) {
+    float* st = stats + (size_t(b) * NH + h) * T;
+    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
+    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
   }
-  attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(v_stage(0), vbase, stride, 0, T);
-  attn::CpAsyncCommit();
-  attn::CpAsyncWait<1>();  // Q and K_0 have landed for this thread
-  wgmma::FenceProxyAsync();
-  __syncthreads();  // ... and for every thread
-
-  float o[kO];
-#pragma unroll
-  for (int i = 0; i < kO; ++i) o[i] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-  uint32_t p[4][4];  // P of the tile whose O += P·V is next
-  {
-    float s[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.f;
-    wgmma::FenceOperand(s);
-    wgmma::Fence();
-    IssueScores<HS>(s, q_addr, attn::SmemAddr(k_stage(0)));
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceOperand(s);
-    float alpha0, alpha1;  // O is still 0
-    OnlineSoftmaxTile(s, 0, qw, row, t4, scale_log2, m0, m1, l0, l1, alpha0, alpha1);
-    PackProbabilities(s, p);
-  }
-  __syncthreads();  // every warpgroup is done with K_0 before its stage is refilled
-
-  for (int kb = 0; kb < n_kv; ++kb) {
-    if (kb + 2 < n_kv) {
-      attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(k_stage(kb + 2), kbase, stride,
-                                                       (kb + 2) * kBkv, T);
-    }
-    if (kb + 1 < n_kv) {
-      attn::LoadSwizzledAsync<kBkv, HS, Cfg::kThreads>(v_stage(kb + 1), vbase, stride,
-                                                       (kb + 1) * kBkv, T);
-    }
-    attn::CpAsyncCommit();
-    attn::CpAsyncWait<1>();  // K_{kb+1} and V_kb have landed for this thread
-    wgmma::FenceProxyAsync();
-    __syncthreads();  // ... and for every thread
-
-    if (kb < n_w) {
-      const bool next = kb + 1 < n_w;
-      float s[32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) s[i] = 0.f;
-      wgmma::FenceOperand(s);
-      wgmma::FenceOperand(o);
-      wgmma::Fence();
-      if (next) {
-        IssueScores<HS>(s, q_addr, attn::SmemAddr(k_stage(kb + 1)));
-        wgmma::Commit();
-      }
-      IssueValues<HS>(o, p, attn::SmemAddr(v_stage(kb)));
-      wgmma::Commit();
-      float alpha0 = 1.f, alpha1 = 1.f;
-      if (next) {
-        wgmma::Wait<1>();  // S_{kb+1}; O += P_kb·V_kb still runs
-        wgmma::FenceOperand(s);
-        OnlineSoftmaxTile(s, (kb + 1) * kBkv, qw, row, t4, scale_log2, m0, m1, l0, l1, alpha0,
-                          alpha1);
-      }
-      wgmma::Wait<0>();
-      wgmma::FenceOperand(o);
-      KeepOperand(p);  // P's registers stay P's until the product reading them has retired
-      if (next) {
-#pragma unroll
-        for (int j = 0; j < kO / 4; ++j) {
-          o[4 * j] *= alpha0;
-          o[4 * j + 1] *= alpha0;
-          o[4 * j + 2] *= alpha1;
-          o[4 * j + 3] *= alpha1;
-        }
-        PackProbabilities(s, p);
-      }
-    }
-    __syncthreads();  // every warpgroup is done with K_{kb+1}'s and V_kb's... and K_kb's stages
-  }
-  attn::CpAsyncWait<0>();
-  FinishForward<HS>(out, stats, sQ, o, m0, m1, l0, l1, b, h, T, C, NH, qw, wg, wq, g, t4, row);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif

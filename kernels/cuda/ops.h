@@ -156,10 +156,8 @@ cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float bet
 constexpr int kMaxAttentionT = 65535 * 64;
 // Which forward kernel: kAuto takes kWgmma where AttentionWgmmaAvailable(), else kMmaSync (the
 // two compute the same thing to BF16 rounding; tests and attention_bench name one).
-// kWgmmaPipelined: the wgmma kernel with each warpgroup's P·V product overlapped with the next
-// tile's softmax (bit-identical to kWgmma's). kWgmma or kWgmmaPipelined where wgmma is not
-// available gives cudaErrorNotSupported.
-enum class AttentionKernel { kAuto, kMmaSync, kWgmma, kWgmmaPipelined };
+// kWgmma where it is not available gives cudaErrorNotSupported.
+enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
                              cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto);
 // attention_fwd_sm90.cu: true when the current device is compute capability 9.0 and this build
@@ -169,7 +167,7 @@ bool AttentionWgmmaAvailable();
 // once per device); false for kWgmma where it is not available.
 bool AttentionUsesWgmma(AttentionKernel kernel);
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                                 int NH, cudaStream_t s, bool pipelined = false);
+                                 int NH, cudaStream_t s);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
 // between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
