@@ -55,6 +55,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   b->device_total_ = static_cast<int64_t>(prop.totalGlobalMem);
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->side_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->join_, cudaEventDisableTiming));
   absl::StatusOr<std::unique_ptr<LtMatmul>> mm = LtMatmul::Create();
   if (!mm.ok()) return mm.status();
   b->matmul_ = std::move(*mm);
@@ -68,6 +71,7 @@ CudaBackend::~CudaBackend() {
     if (graph) cudaGraphDestroy(graph);
   }
   if (stream_) cudaStreamSynchronize(stream_);
+  if (side_stream_) cudaStreamSynchronize(side_stream_);
   for (const Timed& t : timed_) {
     cudaEventDestroy(t.start);
     cudaEventDestroy(t.end);
@@ -75,6 +79,9 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   for (auto& [ptr, bytes] : allocations_) cudaFree(ptr);
   matmul_.reset();
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -266,6 +273,24 @@ void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, cons
   Check(matmul_->Run(s, weight, inp, out, bias, aux, stream_));
 }
 
+namespace {
+
+// dW[OC,C] += dout[N,OC]ᵀ · inp[N,C] (no epilogue).
+GemmShape WeightGradientShape(int N, int C, int OC) {
+  GemmShape s;
+  s.trans_b = true;
+  s.m = C;
+  s.n = OC;
+  s.k = N;
+  s.lda = C;
+  s.ldb = OC;
+  s.ldd = C;
+  s.accumulate = true;
+  return s;
+}
+
+}  // namespace
+
 void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                                  const void* pre_gelu, const void* inp, const void* weight,
                                  int N, int C, int OC) {
@@ -277,6 +302,10 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
           "GeluBackwardInPlace");
   }
+  // With a data gradient to run beside it, the weight gradient's GEMM may take the side stream
+  // (its bias gradient stays here: it uses scratch_).
+  const bool fork = dinp != nullptr && ForkWeightGradient(dweight, N, C, OC, /*gelu=*/false);
+  if (fork) WeightGradientGemm(dweight, dy, inp, N, C, OC, side_stream_, LtMatmul::kSideWorkspace);
   if (dinp) {
     GemmShape s;  // dinp[N,C] = dout[N,OC] · W[OC,C]
     s.m = C;
@@ -287,7 +316,30 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     s.ldd = C;
     Check(matmul_->Run(s, weight, dy, dinp, nullptr, nullptr, stream_));
   }
+  if (fork) {
+    if (dbias) {
+      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+            "ColumnSumAccumulate");
+    }
+    JoinWeightGradient();
+    return;
+  }
   WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+}
+
+bool CudaBackend::ForkWeightGradient(const void* dweight, int N, int C, int OC, bool gelu) {
+  if (!concurrent_wgrad_ || dweight == nullptr || fused_epilogues_ || !Ok()) return false;
+  // The first call of a shape runs both GEMMs on stream_: it autotunes them, and their trial
+  // timings must not share the GPU with each other.
+  if (wgrad_seen_.insert({N, C, OC, gelu}).second) return false;
+  Check(cudaEventRecord(fork_, stream_), "cudaEventRecord");
+  Check(cudaStreamWaitEvent(side_stream_, fork_, 0), "cudaStreamWaitEvent");
+  return Ok();
+}
+
+void CudaBackend::JoinWeightGradient() {
+  Check(cudaEventRecord(join_, side_stream_), "cudaEventRecord");
+  Check(cudaStreamWaitEvent(stream_, join_, 0), "cudaStreamWaitEvent");
 }
 
 void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
@@ -299,6 +351,9 @@ void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pr
                                  : std::string());
   BOULDER_REQUIRE(C % 8 == 0, absl::StrCat("GELU width ", C, " is not a multiple of 8"));
   const bf16* dy = static_cast<const bf16*>(dout);
+  // The weight gradient reads dout and inp only: it may run beside everything below.
+  const bool fork = ForkWeightGradient(dweight, N, C, OC, /*gelu=*/true);
+  if (fork) WeightGradientGemm(dweight, dy, inp, N, C, OC, side_stream_, LtMatmul::kSideWorkspace);
   GemmShape s;  // dpre[N,C] = (dout[N,OC] · W[OC,C]) ⊙ gelu'(pre)
   s.m = C;
   s.n = N;
@@ -348,6 +403,14 @@ void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pr
             "GeluBackwardInPlace");
     }
   }
+  if (fork) {
+    if (dbias) {
+      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+            "ColumnSumAccumulate");
+    }
+    JoinWeightGradient();
+    return;
+  }
   WeightGradient(dweight, dbias, dy, inp, N, C, OC);
 }
 
@@ -367,15 +430,7 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
     }
     return;
   }
-  GemmShape s;  // dW[OC,C] += dout[N,OC]ᵀ · inp[N,C]
-  s.trans_b = true;
-  s.m = C;
-  s.n = OC;
-  s.k = N;
-  s.lda = C;
-  s.ldb = OC;
-  s.ldd = C;
-  s.accumulate = true;
+  GemmShape s = WeightGradientShape(N, C, OC);
   if (dbias && fused_epilogues_) {
     // BGRADB: Σ over k (= N rows) of op(B) = doutᵀ's columns, one value per n = OC.
     s.epilogue = CUBLASLT_EPILOGUE_BGRADB;
@@ -393,7 +448,13 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
     Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
           "ColumnSumAccumulate");
   }
-  Check(matmul_->Run(s, inp, dy, dweight, nullptr, nullptr, stream_));
+  WeightGradientGemm(dweight, dy, inp, N, C, OC, stream_, LtMatmul::kMainWorkspace);
+}
+
+void CudaBackend::WeightGradientGemm(void* dweight, const bf16* dy, const void* inp, int N, int C,
+                                     int OC, cudaStream_t stream, int workspace) {
+  Check(matmul_->Run(WeightGradientShape(N, C, OC), inp, dy, dweight, nullptr, nullptr, stream,
+                     nullptr, nullptr, workspace));
 }
 
 namespace {

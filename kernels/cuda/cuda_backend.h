@@ -11,9 +11,11 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -97,6 +99,12 @@ class CudaBackend final : public Backend {
   // gradient) and fc1's bias gradient a column sum of it (on by default); off: the plain GEMM
   // and GeluBackwardColumnSum (dGELU and the column sum in one pass). Applies to later ops.
   void set_dgelu_epilogue(bool on) { dgelu_epilogue_ = on; }
+  // On (the default): MatmulBackward and MatmulBackwardGelu run the weight gradient's GEMM on a
+  // second stream beside the data gradient's (forked from and joined back into stream(), so
+  // also inside a captured graph), from the second call of a shape on (the first tunes both
+  // GEMMs alone); one GEMM's last wave of tiles then shares the SMs with the other's. The same
+  // kernels and operands: bit-identical results. Off: one stream. Applies to later ops.
+  void set_concurrent_weight_gradient(bool on) { concurrent_wgrad_ = on; }
   // Fused-epilogue GEMMs cuBLASLt had no algorithm for (each ran unfused instead).
   int unfused_fallbacks() const { return matmul_->unsupported(); }
   // FP8 (cuda_backend_fp8.cc): cast-transpose and scale update in fp8.cu, GEMMs in cuBLASLt.
@@ -177,6 +185,14 @@ class CudaBackend final : public Backend {
   // '=', a parameter gradient accumulates over micro-batches), else by a column sum.
   void WeightGradient(void* dweight, void* dbias, const bf16* dy, const void* inp, int N, int C,
                       int OC);
+  // The GEMM of WeightGradient alone, on `stream` with LtMatmul workspace `workspace`.
+  void WeightGradientGemm(void* dweight, const bf16* dy, const void* inp, int N, int C, int OC,
+                          cudaStream_t stream, int workspace);
+  // Whether this backward's weight-gradient GEMM goes to side_stream_ (see
+  // set_concurrent_weight_gradient); if so, side_stream_ now waits for stream_'s work so far,
+  // and the caller ends with JoinWeightGradient().
+  bool ForkWeightGradient(const void* dweight, int N, int C, int OC, bool gelu);
+  void JoinWeightGradient();  // stream_ waits for side_stream_'s work
   // bgrad_ with room for n BF16 values, or null after recording the failure.
   bf16* BiasGradScratch(size_t n);
 
@@ -184,6 +200,10 @@ class CudaBackend final : public Backend {
   int cc_major_ = 0, cc_minor_ = 0;  // compute capability
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;                 // the concurrent weight gradients'
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;       // no timing
+  bool concurrent_wgrad_ = true;                      // see set_concurrent_weight_gradient
+  absl::flat_hash_set<std::tuple<int, int, int, bool>> wgrad_seen_;  // (N, C, OC, gelu)
   std::unique_ptr<LtMatmul> matmul_;
   Scratch scratch_;
   Scratch bgrad_;  // a GEMM epilogue's bias gradient on its way into the parameter's

@@ -560,6 +560,61 @@ TEST_F(CudaOpsTest, MatmulBackwardGeluFusedAndUnfused) {
   EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
 }
 
+// The weight gradient's GEMM on the side stream (set_concurrent_weight_gradient, from a shape's
+// second call on) gives the bits of the one-stream backward: MatmulBackward with and without
+// the GELU backward in place, and MatmulBackwardGelu, three accumulating micro-batches each,
+// with a shape whose GEMMs take several waves.
+TEST_F(CudaOpsTest, ConcurrentWeightGradientGivesTheOneStreamBits) {
+  const int N = 2048, C = 768, OC = 1536;
+  Pair inp(cpu_.get(), gpu_.get(), size_t(N) * C), w(cpu_.get(), gpu_.get(), size_t(OC) * C),
+      pre(cpu_.get(), gpu_.get(), size_t(N) * OC), dout(cpu_.get(), gpu_.get(), size_t(N) * OC),
+      dinp(cpu_.get(), gpu_.get(), size_t(N) * C), dw(cpu_.get(), gpu_.get(), size_t(OC) * C),
+      db(cpu_.get(), gpu_.get(), OC), dpre(cpu_.get(), gpu_.get(), size_t(N) * C),
+      dpre_bias(cpu_.get(), gpu_.get(), C), pre_c(cpu_.get(), gpu_.get(), size_t(N) * C);
+  inp.Set(Random(inp.n, rng_));
+  w.Set(Random(w.n, rng_, 0.1f));
+  pre.Set(Random(pre.n, rng_, 2.f));
+  pre_c.Set(Random(pre_c.n, rng_, 2.f));
+  const std::vector<float> w0 = Random(dw.n, rng_), b0 = Random(db.n, rng_),
+                           pb0 = Random(dpre_bias.n, rng_);
+  std::vector<std::vector<float>> douts;
+  for (int micro = 0; micro < 3; ++micro) douts.push_back(Random(dout.n, rng_));
+  for (int op = 0; op < 3; ++op) {  // 0: MatmulBackward, 1: with pre_gelu, 2: MatmulBackwardGelu
+    SCOPED_TRACE(testing::Message() << "op " << op);
+    std::vector<std::vector<float>> got[2];
+    for (int concurrent = 0; concurrent < 2; ++concurrent) {
+      gpu_->set_concurrent_weight_gradient(concurrent == 1);
+      dw.Set(w0);
+      db.Set(b0);
+      dpre_bias.Set(pb0);
+      for (int micro = 0; micro < 3; ++micro) {
+        dout.Set(douts[micro]);
+        dinp.Poison();
+        dpre.Poison();
+        if (op < 2) {
+          gpu_->MatmulBackward(dinp.g, dw.g, db.g, dout.g, op == 1 ? pre.g : nullptr, inp.g, w.g, N,
+                               C, OC);
+          got[concurrent].push_back(dinp.Gpu());
+        } else {
+          gpu_->MatmulBackwardGelu(dpre.g, dpre_bias.g, pre_c.g, dw.g, db.g, dout.g, inp.g, w.g, N,
+                                   C, OC);
+          got[concurrent].push_back(dpre.Gpu());
+        }
+      }
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+      got[concurrent].push_back(dw.Gpu());
+      got[concurrent].push_back(db.Gpu());
+      if (op == 2) got[concurrent].push_back(dpre_bias.Gpu());
+    }
+    ASSERT_EQ(got[0].size(), got[1].size());
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      EXPECT_TRUE(got[0][i] == got[1][i])
+          << "output " << i << " differs between one stream and two";
+    }
+  }
+  gpu_->set_concurrent_weight_gradient(true);
+}
+
 // The GELU backward fused with fc1's bias-gradient column sum (the unfused path of
 // MatmulBackwardGelu): the same bits as GeluBackwardInPlace followed by ColumnSumAccumulate,
 // on row counts that are not a multiple of the row chunks and on widths the vectorised kernel

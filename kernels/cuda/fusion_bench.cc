@@ -10,6 +10,9 @@
 //                  sum (CudaBackend::set_dgelu_epilogue), against the unfused kernels (not
 //                  counted in the total);
 //   qkv bwd        MatmulBackward with a bias gradient (BGRADB), likewise attn proj;
+//   X 2 streams    each Linear's BF16 backward (and the LM head's) with the weight gradient's
+//                  GEMM on a second stream beside the data gradient's, against one stream
+//                  (CudaBackend::set_concurrent_weight_gradient; not counted in the total);
 //   residual+ln    ResidualLayerNormForward;
 //   ln+fp8 cast    ResidualLayerNormFp8Forward (FP8 GPUs only): the LayerNorm writing its
 //                  Linear's FP8 input and transpose, against ResidualLayerNormForward + CastFp8
@@ -181,6 +184,45 @@ int main(int argc, char** argv) {
       be->set_fused_epilogues(false);
       const double unfused = b.Time(op);
       Row(l.name, fused, unfused, w.layers, &saved);
+    }
+    {
+      // The weight gradient's GEMM on a second stream beside the data gradient's
+      // (set_concurrent_weight_gradient) against one stream, each Linear's backward as training
+      // runs it (not counted in the total): "fused" is two streams.
+      be->set_fused_epilogues(false);
+      be->set_dgelu_epilogue(true);
+      struct Lin {
+        const char* name;
+        int c, oc, count;
+        bool gelu;
+      };
+      const Lin lins[] = {{"qkv 2 streams", w.C, 3 * w.C, w.layers, false},
+                          {"proj 2 streams", w.C, w.C, w.layers, false},
+                          {"fc1 2 streams", w.C, w.F, w.layers, false},
+                          {"fc2 2 streams", w.F, w.C, w.layers, true},
+                          {"head 2 streams", w.C, w.Vp, 1, false}};
+      double ignored = 0, total = 0;
+      for (const Lin& l : lins) {
+        const size_t c = l.c, oc = l.oc;
+        void *x = b.Buf(N * c), *wt = b.Buf(oc * c), *dy = b.Buf(N * oc), *dx = b.Buf(N * c),
+             *dw = b.Buf(oc * c), *db = l.oc == w.Vp ? nullptr : b.Buf(oc),
+             *pre = l.gelu ? b.Buf(N * c) : nullptr, *dpb = l.gelu ? b.Buf(c) : nullptr;
+        auto op = [&] {
+          if (l.gelu) {
+            be->MatmulBackwardGelu(dx, dpb, pre, dw, db, dy, x, wt, w.N, l.c, l.oc);
+          } else {
+            be->MatmulBackward(dx, dw, db, dy, nullptr, x, wt, w.N, l.c, l.oc);
+          }
+        };
+        be->set_concurrent_weight_gradient(true);
+        const double two = b.Time(op);
+        be->set_concurrent_weight_gradient(false);
+        const double one = b.Time(op);
+        be->set_concurrent_weight_gradient(true);
+        Row(l.name, two, one, l.count, &ignored);
+        total += (one - two) * l.count;
+      }
+      std::printf("  2 streams save %.3f ms/step over these backwards\n", total);
     }
     {
       void *a = b.Buf(N * C), *x = b.Buf(N * C), *res = b.Buf(N * C), *out = b.Buf(N * C),

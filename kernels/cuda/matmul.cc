@@ -45,7 +45,7 @@ std::string LtMatmul::Describe(const GemmShape& s) {
 absl::StatusOr<std::unique_ptr<LtMatmul>> LtMatmul::Create() {
   std::unique_ptr<LtMatmul> mm(new LtMatmul());
   CUBLAS_CHECK(cublasLtCreate(&mm->handle_));
-  CUDA_CHECK(cudaMalloc(&mm->workspace_, kWorkspaceBytes));
+  for (void*& w : mm->workspace_) CUDA_CHECK(cudaMalloc(&w, kWorkspaceBytes));
   CUDA_CHECK(cudaEventCreate(&mm->start_));
   CUDA_CHECK(cudaEventCreate(&mm->stop_));
   return mm;
@@ -60,7 +60,9 @@ LtMatmul::~LtMatmul() {
   }
   if (start_) cudaEventDestroy(start_);
   if (stop_) cudaEventDestroy(stop_);
-  if (workspace_) cudaFree(workspace_);
+  for (void* w : workspace_) {
+    if (w) cudaFree(w);
+  }
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -142,8 +144,9 @@ absl::StatusOr<LtMatmul::Plan*> LtMatmul::GetPlan(const GemmShape& s) {
 
 absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B, void* D,
                            const void* bias, void* aux, cudaStream_t stream, const float* a_scale,
-                           const float* b_scale) {
-  absl::StatusOr<bool> ran = TryRun(shape, A, B, D, bias, aux, stream, a_scale, b_scale);
+                           const float* b_scale, int workspace) {
+  absl::StatusOr<bool> ran =
+      TryRun(shape, A, B, D, bias, aux, stream, a_scale, b_scale, workspace);
   if (!ran.ok()) return ran.status();
   if (*ran) return absl::OkStatus();
   GemmShape s = shape;
@@ -166,7 +169,12 @@ absl::Status LtMatmul::Run(const GemmShape& shape, const void* A, const void* B,
 
 absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, const void* B,
                                       void* D, const void* bias, void* aux, cudaStream_t stream,
-                                      const float* a_scale, const float* b_scale) {
+                                      const float* a_scale, const float* b_scale,
+                                      int workspace) {
+  if (workspace != kMainWorkspace && workspace != kSideWorkspace) {
+    return absl::InvalidArgumentError(absl::StrCat("LtMatmul: no workspace ", workspace));
+  }
+  void* const ws = workspace_[workspace];
   GemmShape s = shape;
   s.align_a = PointerAlignment(A);
   s.align_b = PointerAlignment(B);
@@ -196,11 +204,11 @@ absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, con
                                                 &b_scale, sizeof(b_scale)));
   }
   if (!p->tuned) {
-    if (absl::Status st = Tune(s, p, A, B, D, stream); !st.ok()) return st;
+    if (absl::Status st = Tune(s, p, A, B, D, stream, ws); !st.ok()) return st;
   }
   const float alpha = 1.f, beta = s.accumulate ? 1.f : 0.f;
   cublasStatus_t st = cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d,
-                                     D, p->d, &p->algo, workspace_, kWorkspaceBytes, stream);
+                                     D, p->d, &p->algo, ws, kWorkspaceBytes, stream);
   if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     return CublasStatus(st, absl::StrCat("cublasLtMatmul (", Describe(s), ")").c_str(), __FILE__,
@@ -210,7 +218,7 @@ absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, con
   // heuristic order, to the first candidate that accepts it and keep that one for the shape.
   for (const cublasLtMatmulAlgo_t& algo : p->candidates) {
     st = cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->d, D, p->d,
-                        &algo, workspace_, kWorkspaceBytes, stream);
+                        &algo, ws, kWorkspaceBytes, stream);
     if (st == CUBLAS_STATUS_SUCCESS) {
       p->algo = algo;
       ++fallbacks_;
@@ -226,7 +234,7 @@ absl::StatusOr<bool> LtMatmul::TryRun(const GemmShape& shape, const void* A, con
 }
 
 absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const void* B, void* D,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, void* ws) {
   p->tuned = true;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
@@ -247,7 +255,7 @@ absl::Status LtMatmul::Tune(const GemmShape& s, Plan* p, const void* A, const vo
   for (size_t i = 0; i < p->candidates.size() && status.ok(); ++i) {
     auto run = [&] {
       return cublasLtMatmul(handle_, p->desc, &alpha, A, p->a, B, p->b, &beta, out, p->d, out,
-                            p->d, &p->candidates[i], workspace_, kWorkspaceBytes, stream);
+                            p->d, &p->candidates[i], ws, kWorkspaceBytes, stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate may reject these operands
     cudaError_t e = cudaEventRecord(start_, stream);

@@ -1,7 +1,8 @@
 // BF16 and FP8 GEMMs through cuBLASLt with fused epilogues (bias, GELU with aux output), FP32
 // accumulation. FP8 operands (a_type/b_type E4M3 or E5M2) come with device scale pointers
 // (the dequantisation factors) and give BF16 outputs. Matmul descriptors, layouts and the
-// chosen algorithm are cached per shape; one workspace (32 MiB) serves every call.
+// chosen algorithm are cached per shape; one workspace (32 MiB) serves every call of a stream
+// (two: the main stream's and CudaBackend's side stream's).
 //
 // Algorithm choice: the heuristic's first candidate, or — with autotuning on (the default) —
 // the fastest of its first kCandidates, timed on the first call of each shape with the call's
@@ -56,6 +57,7 @@ struct GemmShape {
 class LtMatmul {
  public:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
+  static constexpr int kMainWorkspace = 0, kSideWorkspace = 1;
   static absl::StatusOr<std::unique_ptr<LtMatmul>> Create();
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
@@ -66,9 +68,12 @@ class LtMatmul {
   // (FP8 operands only; null otherwise). INTERNAL when cuBLASLt has no algorithm, or when
   // every candidate algorithm rejects the call; the message names the shape, types,
   // transposes, epilogue and pointer alignments.
+  // workspace: which of the two cuBLASLt workspaces the call uses; calls that may run at the
+  // same time on different streams must use different ones (kSideWorkspace: CudaBackend's
+  // weight-gradient GEMM on its side stream).
   absl::Status Run(const GemmShape& shape, const void* A, const void* B, void* D, const void* bias,
                    void* aux, cudaStream_t stream, const float* a_scale = nullptr,
-                   const float* b_scale = nullptr);
+                   const float* b_scale = nullptr, int workspace = kMainWorkspace);
   // Run for callers that have an unfused fallback (an optional epilogue): false, with nothing
   // launched, when cuBLASLt has no algorithm for the shape (remembered per shape: the
   // heuristic is asked once) or every candidate rejects the call; an error only for other
@@ -77,7 +82,8 @@ class LtMatmul {
   // `aux` (the GELU input, m×n, ld m).
   absl::StatusOr<bool> TryRun(const GemmShape& shape, const void* A, const void* B, void* D,
                               const void* bias, void* aux, cudaStream_t stream,
-                              const float* a_scale = nullptr, const float* b_scale = nullptr);
+                              const float* a_scale = nullptr, const float* b_scale = nullptr,
+                              int workspace = kMainWorkspace);
 
   size_t cached_plans() const { return plans_.size(); }
   // Applies to shapes not yet seen; call before the first Run().
@@ -116,11 +122,11 @@ class LtMatmul {
   absl::StatusOr<Plan*> GetPlan(const GemmShape& shape);
   // Times plan's candidates on these operands and keeps the fastest in plan->algo.
   absl::Status Tune(const GemmShape& s, Plan* plan, const void* A, const void* B, void* D,
-                    cudaStream_t stream);
+                    cudaStream_t stream, void* workspace);
   static std::string Describe(const GemmShape& s);
 
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  void* workspace_[2] = {nullptr, nullptr};  // kMainWorkspace, kSideWorkspace
   absl::flat_hash_map<GemmShape, std::unique_ptr<Plan>> plans_;
   bool autotune_ = true;
   int retuned_ = 0;
