@@ -21,6 +21,8 @@ written).
 import argparse
 import sys
 
+from attention_sdpa import median_ms  # CUDA-event median, the same timing as attention_bench
+
 # name: (M, N, K); M = the micro-batch's tokens.
 SHAPES = [
     ("gpt2 fc1 fwd / fc2 dgrad", 16384, 3072, 768),
@@ -33,21 +35,6 @@ SHAPES = [
     ("h2048 qkv fwd", 8192, 6144, 2048),
     ("h2048 proj fwd / dgrad", 8192, 2048, 2048),
 ]
-
-
-def median_ms(torch, fn, warmup, iters):
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(iters)]
-    for i, (a, b) in enumerate(events):
-        a.record()
-        fn(i)
-        b.record()
-    torch.cuda.synchronize()
-    ms = sorted(a.elapsed_time(b) for a, b in events)
-    return ms[iters // 2]
 
 
 def main():

@@ -302,8 +302,7 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     Check(GeluBackwardInPlace(dy, static_cast<const bf16*>(pre_gelu), size_t(N) * OC, stream_),
           "GeluBackwardInPlace");
   }
-  // With a data gradient to run beside it, the weight gradient's GEMM may take the side stream
-  // (its bias gradient stays here: it uses scratch_).
+  // With a data gradient to run beside it, the weight gradient's GEMM may take the side stream.
   const bool fork = dinp != nullptr && ForkWeightGradient(dweight, N, C, OC, /*gelu=*/false);
   if (fork) WeightGradientGemm(dweight, dy, inp, N, C, OC, side_stream_, LtMatmul::kSideWorkspace);
   if (dinp) {
@@ -316,15 +315,7 @@ void CudaBackend::MatmulBackward(void* dinp, void* dweight, void* dbias, void* d
     s.ldd = C;
     Check(matmul_->Run(s, weight, dy, dinp, nullptr, nullptr, stream_));
   }
-  if (fork) {
-    if (dbias) {
-      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
-            "ColumnSumAccumulate");
-    }
-    JoinWeightGradient();
-    return;
-  }
-  WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+  FinishWeightGradient(fork, dweight, dbias, dy, inp, N, C, OC);
 }
 
 bool CudaBackend::ForkWeightGradient(const void* dweight, int N, int C, int OC, bool gelu) {
@@ -337,9 +328,19 @@ bool CudaBackend::ForkWeightGradient(const void* dweight, int N, int C, int OC, 
   return Ok();
 }
 
-void CudaBackend::JoinWeightGradient() {
+void CudaBackend::FinishWeightGradient(bool forked, void* dweight, void* dbias, const bf16* dy,
+                                       const void* inp, int N, int C, int OC) {
+  if (!forked) return WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+  BiasGradient(dbias, dy, N, OC);  // on stream_: it uses scratch_
   Check(cudaEventRecord(join_, side_stream_), "cudaEventRecord");
   Check(cudaStreamWaitEvent(stream_, join_, 0), "cudaStreamWaitEvent");
+}
+
+void CudaBackend::BiasGradient(void* dbias, const bf16* dy, int N, int OC) {
+  if (dbias) {
+    Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
+          "ColumnSumAccumulate");
+  }
 }
 
 void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
@@ -403,15 +404,7 @@ void CudaBackend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pr
             "GeluBackwardInPlace");
     }
   }
-  if (fork) {
-    if (dbias) {
-      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
-            "ColumnSumAccumulate");
-    }
-    JoinWeightGradient();
-    return;
-  }
-  WeightGradient(dweight, dbias, dy, inp, N, C, OC);
+  FinishWeightGradient(fork, dweight, dbias, dy, inp, N, C, OC);
 }
 
 bf16* CudaBackend::BiasGradScratch(size_t n) {
@@ -423,13 +416,7 @@ bf16* CudaBackend::BiasGradScratch(size_t n) {
 void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, const void* inp,
                                  int N, int C, int OC) {
   if (!Ok()) return;
-  if (dweight == nullptr) {  // a frozen weight: at most the bias gradient
-    if (dbias) {
-      Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
-            "ColumnSumAccumulate");
-    }
-    return;
-  }
+  if (dweight == nullptr) return BiasGradient(dbias, dy, N, OC);  // a frozen weight
   GemmShape s = WeightGradientShape(N, C, OC);
   if (dbias && fused_epilogues_) {
     // BGRADB: Σ over k (= N rows) of op(B) = doutᵀ's columns, one value per n = OC.
@@ -444,10 +431,7 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
     }
     s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   }
-  if (dbias) {
-    Check(ColumnSumAccumulate(static_cast<bf16*>(dbias), dy, N, OC, scratch_, stream_),
-          "ColumnSumAccumulate");
-  }
+  BiasGradient(dbias, dy, N, OC);
   WeightGradientGemm(dweight, dy, inp, N, C, OC, stream_, LtMatmul::kMainWorkspace);
 }
 

@@ -189,10 +189,14 @@ class CudaBackend final : public Backend {
   void WeightGradientGemm(void* dweight, const bf16* dy, const void* inp, int N, int C, int OC,
                           cudaStream_t stream, int workspace);
   // Whether this backward's weight-gradient GEMM goes to side_stream_ (see
-  // set_concurrent_weight_gradient); if so, side_stream_ now waits for stream_'s work so far,
-  // and the caller ends with JoinWeightGradient().
+  // set_concurrent_weight_gradient); if so, side_stream_ now waits for stream_'s work so far.
+  // The caller then ends with FinishWeightGradient(forked, ...): WeightGradient where it did
+  // not fork; where it did, the bias gradient on stream_ and stream_ waiting for side_stream_.
   bool ForkWeightGradient(const void* dweight, int N, int C, int OC, bool gelu);
-  void JoinWeightGradient();  // stream_ waits for side_stream_'s work
+  void FinishWeightGradient(bool forked, void* dweight, void* dbias, const bf16* dy,
+                            const void* inp, int N, int C, int OC);
+  // dbias += Σ_rows dy on stream_ (a column sum through scratch_); nothing when dbias is null.
+  void BiasGradient(void* dbias, const bf16* dy, int N, int OC);
   // bgrad_ with room for n BF16 values, or null after recording the failure.
   bf16* BiasGradScratch(size_t n);
 
