@@ -497,6 +497,10 @@ def main():
                         diffs = [abs(multi[r][s]["loss"] - single[s]["loss"])
                                  for r in multi for s in single]
                         row["loss_max_diff"] = max(diffs)
+                        row["loss_pair"] = dict(
+                            steps=sorted(single),
+                            workers=[multi[0][s]["loss"] for s in sorted(single)],
+                            one_worker=[single[s]["loss"] for s in sorted(single)])
                         row["loss_tolerance"] = LOSS_TOLERANCE[prec]
                         row["loss_steps"] = steps
                     except (JobFailed, AssertionError) as e:

@@ -38,6 +38,12 @@ DataParallel::~DataParallel() {
 absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(const comm::CommOptions& options,
                                                                    kernels::Backend* backend,
                                                                    Model* model) {
+  if (model->options().gradient_ranks != options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data parallel: the model scales its loss gradient for ", model->options().gradient_ranks,
+        " rank(s) (ModelOptions::gradient_ranks), but the world size is ", options.world_size,
+        "; the summed gradients would not be the global batch's mean"));
+  }
   absl::StatusOr<std::unique_ptr<comm::Communicator>> comm =
       comm::NewCommunicator(options, backend);
   if (!comm.ok()) return comm.status();
@@ -81,8 +87,10 @@ void DataParallel::ReduceDuringNextBackward(bool reduce) {
     // gradient at all.
     const std::optional<size_t> g = model_->GradOffset(b.offset);
     if (!g.has_value()) return;
+    // A sum: each rank's loss gradient is already its share of the global batch's mean
+    // (ModelOptions::gradient_ranks).
     issue_error_ = comm_->AllReduceAsync(static_cast<char*>(model_->grads()) + *g * elem, b.numel,
-                                         backend_->compute_dtype(), comm::ReduceOp::kAvg);
+                                         backend_->compute_dtype(), comm::ReduceOp::kSum);
   });
 }
 

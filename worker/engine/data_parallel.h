@@ -2,7 +2,8 @@
 // replica per rank, each on its own slice of every global batch (ArithmeticData::Get by rank),
 // kept identical by
 //   - a broadcast of rank 0's parameters (and FP32 master weights) at the start,
-//   - an all-reduce (average) of the gradients in per-layer buckets, each issued as soon as
+//   - an all-reduce (sum) of the gradients in per-layer buckets (each rank's loss gradient is
+//     its share of the global batch's mean: ModelOptions::gradient_ranks), each issued as soon as
 //     Backward() has finished that layer (Model::set_on_bucket_ready), overlapping the rest of
 //     the backward, and waited for before the optimizer step,
 //   - a periodic comparison of parameter checksums across ranks.
@@ -34,7 +35,8 @@ namespace boulder::engine {
 class DataParallel {
  public:
   // Connects to the other ranks (blocking up to options.timeout) and makes every replica start
-  // from rank 0's parameters. Errors from comm::NewCommunicator and the broadcast.
+  // from rank 0's parameters. INVALID_ARGUMENT when the model's gradient_ranks is not
+  // options.world_size; errors from comm::NewCommunicator and the broadcast.
   static absl::StatusOr<std::unique_ptr<DataParallel>> Create(const comm::CommOptions& options,
                                                               kernels::Backend* backend,
                                                               Model* model);

@@ -157,15 +157,19 @@ TEST(DataParallelTest, OneRankThroughTheCommunicatorMatchesThePlainRunExactly) {
 
 // FP8 (emulated on the CPU) with data parallelism: the amaxes are all-reduced with MAX before
 // each scale update, so the ranks keep identical scales, equal to the ones one worker with the
-// same global batch computes (exactly at step 1 for inputs and weights: the maximum over the
-// ranks' shares of the batch is the whole batch's amax). What differs is step 1's gradient casts:
-// both runs start at scale 1 and a rank's gradients are twice one worker's (its loss is averaged
-// over its own rows), so E5M2 rounds and flushes them differently; from step 2 the scales are in
-// proportion. The loss curves therefore differ by FP8 rounding, not only by FP32 summation order:
-// measured at most 3.7e-4 over 12 steps (losses ~4.4), not growing. 2e-3 leaves room for other
-// CPUs; a wrong slice moves the loss by 1e-2 or more, and a missing amax reduction breaks the
-// identical-scales checks at step 1.
-constexpr double kFp8LossTolerance = 2e-3;
+// same global batch computes: the maximum over the ranks' shares of the batch is the whole
+// batch's amax, and a rank's loss gradient is its share of the global mean
+// (ModelOptions::gradient_ranks), so its gradients are one worker's for the same rows and the
+// E5M2 casts round them alike, also at step 1's initial scale 1. (When each rank averaged over
+// its own rows, its gradients were twice one worker's, step 1 rounded and flushed them
+// differently, and the curves differed by up to 3.7e-4 here and by 0.145 on GPT-2 on two
+// H200s.) What is left is the FP32 summation order (per-rank partial sums, then the
+// all-reduce), amplified where a value lands on the other side of an FP8 rounding boundary.
+// Measured: losses within 1.9e-4 over 12 steps (losses ~4.4); step 1's gradient amaxes equal
+// to one worker's; the scales at the end within 1.3%.
+constexpr double kFp8LossTolerance = 1e-3;
+constexpr double kFp8Step1AmaxTolerance = 1e-6;
+constexpr double kFp8EndScaleTolerance = 5e-2;
 
 v1::JobSpec Fp8Spec(int batch, int workers) {
   v1::JobSpec s = Spec(batch, workers);
@@ -210,37 +214,30 @@ TEST(DataParallelTest, Fp8TwoRanksFollowTheOneWorkerCurveWithIdenticalScales) {
     EXPECT_EQ(ranks[r].back().param_checksum(), ranks[0].back().param_checksum());
   }
   std::cout << "FP8: largest loss difference of 2 ranks to 1 worker: " << max_diff << "\n";
-  // Step 1 against one worker: the reduced input amax is the whole batch's, exactly. A rank's
-  // loss gradient is twice one worker's (scaled by its own rows), and so is the last layer's
-  // fc2 output gradient, exactly; below it the gradients went through E5M2 casts at the
-  // initial scale 1, which round 2x and x differently: within 10% of twice (measured: 2.2%).
+  // Step 1 against one worker: every amax and scale is one worker's (the gradients' up to the
+  // summation order of the GEMMs that produce them).
   double step1_worst = 0.0;
   for (int t = 0; t < 24; ++t) {
     const v1::Fp8TensorStats& two = ranks[1][0].fp8(t);
     const v1::Fp8TensorStats& want = one[0].fp8(t);
     SCOPED_TRACE(testing::Message() << want.layer() << " " << want.tensor() << " " << want.role());
-    if (want.role() != "grad_output") {
+    if (want.role() != "grad_output" || (want.layer() == 1 && want.tensor() == "fc2")) {
       EXPECT_EQ(two.amax(), want.amax());
       EXPECT_EQ(two.scale(), want.scale());
-    } else if (want.layer() == 1 && want.tensor() == "fc2") {
-      EXPECT_EQ(two.amax(), 2 * want.amax());
-      EXPECT_EQ(two.scale(), want.scale() / 2);
     } else {
-      step1_worst = std::max(step1_worst, std::abs(two.amax() / (2 * want.amax()) - 1));
-      EXPECT_NEAR(two.amax(), 2 * want.amax(), 0.1 * 2 * want.amax());
+      step1_worst = std::max(step1_worst, std::abs(two.amax() / want.amax() - 1));
+      EXPECT_NEAR(two.amax(), want.amax(), kFp8Step1AmaxTolerance * want.amax());
     }
   }
-  std::cout << "FP8: step 1 gradient amaxes: largest relative difference to twice one worker's: "
+  std::cout << "FP8: step 1 gradient amaxes: largest relative difference to one worker's: "
             << step1_worst << "\n";
-  // At the end, the scales (from 4 steps of amax history) drifted with the weights: within 10%
-  // (measured: at most 3.5%).
+  // At the end, the scales (from 4 steps of amax history) against one worker's.
   double worst = 0.0;
   for (int t = 0; t < 24; ++t) {
     const v1::Fp8TensorStats& two = ranks[0].back().fp8(t);
     const v1::Fp8TensorStats& want = one.back().fp8(t);
-    const double factor = want.role() == "grad_output" ? 0.5 : 1.0;
-    worst = std::max(worst, std::abs(two.scale() / (factor * want.scale()) - 1));
-    EXPECT_NEAR(two.scale(), factor * want.scale(), 0.1 * factor * want.scale()) << "tensor " << t;
+    worst = std::max(worst, std::abs(two.scale() / want.scale() - 1));
+    EXPECT_NEAR(two.scale(), want.scale(), kFp8EndScaleTolerance * want.scale()) << "tensor " << t;
   }
   std::cout << "FP8: largest relative scale difference at the end: " << worst << "\n";
 }
@@ -286,6 +283,7 @@ TEST(DataParallelTest, Fp8AgreementsAcrossRanks) {
       mo.batch_size = 1;
       mo.seq_len = 8;
       mo.fp8.enabled = true;
+      mo.gradient_ranks = world;
       absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(cpu.get(), mo);
       ASSERT_TRUE(model.ok()) << model.status();
       comm::CommOptions co;
@@ -319,6 +317,34 @@ TEST(DataParallelTest, Fp8AgreementsAcrossRanks) {
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// The gradients are summed across ranks, so a model whose loss gradient is not scaled for the
+// world size would train on N times (or 1/N of) the mean gradient: refused before connecting.
+TEST(DataParallelTest, AModelNotScaledForTheWorldSizeIsRefused) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  ModelOptions mo;
+  mo.config.vocab_size = 96;
+  mo.config.padded_vocab_size = PaddedVocabSize(96);
+  mo.config.hidden = 16;
+  mo.config.heads = 2;
+  mo.config.layers = 1;
+  mo.config.ffn = 32;
+  mo.config.context = 8;
+  mo.seq_len = 8;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(cpu.get(), mo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  comm::CommOptions co;
+  co.rank = 0;
+  co.world_size = 2;
+  co.coordinator = "127.0.0.1:1";  // never dialled
+  absl::StatusOr<std::unique_ptr<DataParallel>> dp =
+      DataParallel::Create(co, cpu.get(), model->get());
+  EXPECT_EQ(dp.status().code(), absl::StatusCode::kInvalidArgument) << dp.status();
+  EXPECT_THAT(dp.status().message(), HasSubstr("for 1 rank(s)"));
+  EXPECT_THAT(dp.status().message(), HasSubstr("world size is 2"));
+  mo.gradient_ranks = 0;
+  EXPECT_EQ(Model::Create(cpu.get(), mo).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DataParallelTest, ARankThatNeverArrivesFailsTheOthersNamingIt) {

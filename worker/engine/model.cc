@@ -61,6 +61,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(kernels::Backend* backend,
     return absl::InvalidArgumentError(absl::StrCat(
         "training.grad_accum_steps: must be positive, got ", options.grad_accum_steps));
   }
+  if (options.gradient_ranks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient_ranks: must be positive, got ", options.gradient_ranks));
+  }
   std::unique_ptr<Model> model(new Model(backend, options));
   absl::Status s = model->Allocate();
   if (!s.ok()) return s;

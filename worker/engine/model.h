@@ -66,6 +66,13 @@ struct ModelOptions {
   int batch_size = 1;        // B of a training micro-batch
   int seq_len = 1;           // T of a training micro-batch; <= config.context
   int grad_accum_steps = 1;  // micro-batches per optimizer step (scales the loss gradient)
+  // Data-parallel ranks whose gradients are summed (DataParallel all-reduces with SUM): the
+  // loss gradient is 1/(B*T*grad_accum_steps*gradient_ranks), each rank's share of the mean over
+  // the global batch. So a rank's activation gradients equal, value for value, those one worker
+  // with the whole global batch computes for the same rows, and FP8 casts them alike (also at
+  // the initial scale 1, where E5M2 would round and flush a rank-mean gradient N times larger
+  // differently).
+  int gradient_ranks = 1;
   AdamWConfig adamw;
   uint64_t seed = 0;  // parameter init
   // Frozen parameters get no gradient (the weight-gradient GEMMs are skipped), no gradient

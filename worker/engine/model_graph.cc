@@ -39,7 +39,8 @@ void Model::EnqueueTrainingForward() {
   fp8_training_forward_ = true;
   ForwardImpl(B, T);
   fp8_training_forward_ = false;
-  const float dloss = 1.0f / static_cast<float>(N * options_.grad_accum_steps);
+  const float dloss = 1.0f / static_cast<float>(N * options_.grad_accum_steps *
+                                                static_cast<size_t>(options_.gradient_ranks));
   backend_->SoftmaxCrossEntropy(act_.losses, act_.logits, act_.targets, static_cast<int>(N),
                                 options_.config.vocab_size, options_.config.padded_vocab_size,
                                 dloss);

@@ -260,6 +260,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.batch_size = tr.batch_size();
   mo.seq_len = tr.seq_len();
   mo.grad_accum_steps = tr.grad_accum_steps();
+  mo.gradient_ranks = data_parallel ? o.world_size : 1;  // DataParallel sums the gradients
   mo.adamw.beta1 = static_cast<float>(tr.beta1());
   mo.adamw.beta2 = static_cast<float>(tr.beta2());
   mo.adamw.eps = static_cast<float>(tr.eps());
