@@ -104,7 +104,11 @@ def read_events(db, job_id):
             reports.setdefault(rank, {})[step] = dict(
                 attempt=r.get(3, [0])[0], loss=_double(r, 6),
                 tokens_per_second=_double(r, 9), step_time=_double(r, 10),
-                comm_exposed=_double(r, 40))
+                comm_exposed=_double(r, 40),
+                # FP8: the largest saturated and flushed-to-zero fractions over the tensors'
+                # casts of this step (Fp8TensorStats 8 and 9).
+                fp8_saturated=max((_double(decode(t), 8) for t in r.get(12, [])), default=0.0),
+                fp8_underflow=max((_double(decode(t), 9) for t in r.get(12, [])), default=0.0))
         elif 4 in event:  # JobStateChange {state, message}
             s = decode(event[4][0])
             msg = s.get(2, [b""])[0].decode(errors="replace")
@@ -241,9 +245,13 @@ def measure(reports, args, workload, batch):
     step_s = statistics.median(max(reports[r][s]["step_time"] for r in reports) for s in timed)
     comm = statistics.median(statistics.mean(reports[r][s]["comm_exposed"] for r in reports)
                              for s in timed)
-    return dict(ms_per_step=step_s * 1e3, tokens_per_s_per_gpu=batch * w["seq"] / step_s,
-                comm_exposed_ms=comm * 1e3, timed_steps=len(timed),
-                loss=[reports[0][s]["loss"] for s in steps])
+    out = dict(ms_per_step=step_s * 1e3, tokens_per_s_per_gpu=batch * w["seq"] / step_s,
+               comm_exposed_ms=comm * 1e3, timed_steps=len(timed),
+               loss=[reports[0][s]["loss"] for s in steps])
+    for key in ("fp8_saturated", "fp8_underflow"):  # rank 0's, per step (FP8 jobs only)
+        if any(reports[0][s][key] for s in steps):
+            out[key] = [reports[0][s][key] for s in steps]
+    return out
 
 
 def kill_test(args, workload, precision, workers):
@@ -500,7 +508,11 @@ def main():
                         row["loss_pair"] = dict(
                             steps=sorted(single),
                             workers=[multi[0][s]["loss"] for s in sorted(single)],
-                            one_worker=[single[s]["loss"] for s in sorted(single)])
+                            one_worker=[single[s]["loss"] for s in sorted(single)],
+                            workers_fp8_saturated=[multi[0][s]["fp8_saturated"]
+                                                   for s in sorted(single)],
+                            one_worker_fp8_saturated=[single[s]["fp8_saturated"]
+                                                      for s in sorted(single)])
                         row["loss_tolerance"] = LOSS_TOLERANCE[prec]
                         row["loss_steps"] = steps
                     except (JobFailed, AssertionError) as e:
