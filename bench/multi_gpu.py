@@ -104,7 +104,7 @@ def read_events(db, job_id):
             reports.setdefault(rank, {})[step] = dict(
                 attempt=r.get(3, [0])[0], loss=_double(r, 6),
                 tokens_per_second=_double(r, 9), step_time=_double(r, 10),
-                comm_exposed=_double(r, 40),
+                comm_exposed=_double(r, 40), cuda_graph=bool(r.get(220, [0])[0]),
                 # FP8: the largest saturated and flushed-to-zero fractions over the tensors'
                 # casts of this step (Fp8TensorStats 8 and 9).
                 fp8_saturated=max((_double(decode(t), 8) for t in r.get(12, [])), default=0.0),
@@ -247,7 +247,9 @@ def measure(reports, args, workload, batch):
                              for s in timed)
     out = dict(ms_per_step=step_s * 1e3, tokens_per_s_per_gpu=batch * w["seq"] / step_s,
                comm_exposed_ms=comm * 1e3, timed_steps=len(timed),
-               loss=[reports[0][s]["loss"] for s in steps])
+               loss=[reports[0][s]["loss"] for s in steps],
+               # steps rank 0 replayed from a CUDA graph (training.cuda_graph)
+               replayed_steps=sum(reports[0][s]["cuda_graph"] for s in steps))
     for key in ("fp8_saturated", "fp8_underflow"):  # rank 0's, per step (FP8 jobs only)
         if any(reports[0][s][key] for s in steps):
             out[key] = [reports[0][s][key] for s in steps]

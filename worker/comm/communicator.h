@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/grpc_security.h"
 #include "kernels/backend.h"
@@ -83,6 +84,19 @@ class Communicator {
   // it) and returns the seconds the caller spent blocked here: communication not hidden
   // behind the caller's own work.
   virtual absl::StatusOr<double> WaitAll() = 0;
+
+  // For a training step recorded in a CUDA graph (NCCL; the others return UNIMPLEMENTED):
+  // JoinOnDevice orders the backend's stream after everything issued without blocking the
+  // caller (no host wait, so it can be recorded); the issued work then counts as waited for.
+  virtual absl::Status JoinOnDevice() {
+    return absl::UnimplementedError(absl::StrCat(name(), ": no device-side join"));
+  }
+  // Waits, up to the timeout, until the backend's stream has run everything enqueued on it,
+  // watching for failed peers: a replayed graph with collectives in it otherwise waits forever
+  // for a rank that died. `what` names the work in errors. Errors as the collectives'.
+  virtual absl::Status WaitForBackend(const std::string& what) {
+    return absl::UnimplementedError(absl::StrCat(name(), ": cannot wait for ", what));
+  }
 };
 
 // The address Gloo listens on when CommOptions::host is empty: 127.0.0.1 when `coordinator`

@@ -95,6 +95,7 @@ class NcclCommunicator final : public Communicator {
     }
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     if (done_ != nullptr) cudaEventDestroy(done_);
+    if (backend_done_ != nullptr) cudaEventDestroy(backend_done_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
@@ -102,6 +103,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status Init() {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&backend_done_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
     if (absl::Status s = ArriveAll(client_.get(), options_.world_size, options_.timeout); !s.ok()) {
       return s;
@@ -189,6 +191,30 @@ class NcclCommunicator final : public Communicator {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  absl::Status JoinOnDevice() override {
+    if (absl::Status s = Broken(); !s.ok()) return s;
+    if (!pending_) return absl::OkStatus();
+    if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
+      return Fail(operation_, kernels::cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
+    }
+    if (cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0); e != cudaSuccess) {
+      return Fail(operation_,
+                  kernels::cuda::CudaStatus(e, "cudaStreamWaitEvent", __FILE__, __LINE__));
+    }
+    pending_ = false;
+    events_used_ = 0;
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitForBackend(const std::string& what) override {
+    if (absl::Status s = Broken(); !s.ok()) return s;
+    if (cudaError_t e = cudaEventRecord(backend_done_, compute_); e != cudaSuccess) {
+      return Fail(what, kernels::cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
+    }
+    if (absl::Status s = Poll(what, backend_done_); !s.ok()) return Fail(what, s);
+    return absl::OkStatus();
+  }
+
  private:
   absl::Status Broken() {
     if (!explained_.has_value()) return absl::OkStatus();
@@ -266,6 +292,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  cudaEvent_t backend_done_ = nullptr;  // WaitForBackend
   std::vector<cudaEvent_t> events_;
   size_t events_used_ = 0;
   float* scratch_ = nullptr;

@@ -101,19 +101,46 @@ absl::StatusOr<double> DataParallel::FinishGradients() {
   return waited;
 }
 
-absl::StatusOr<bool> DataParallel::AllRanksFinite(bool local_finite) {
-  // The maximum of every rank's "non-finite" flag.
-  const double flag = local_finite ? 0.0 : 1.0;
+std::string DataParallel::CaptureBlocker() const {
+  if (std::string(comm_->name()) == "nccl") return "";
+  return absl::StrCat("the ", comm_->name(),
+                      " communicator's collectives run on the host, which a CUDA graph cannot "
+                      "record");
+}
+
+absl::Status DataParallel::JoinGradientsOnDevice() {
+  model_->set_on_bucket_ready(nullptr);
+  if (!issue_error_.ok()) return issue_error_;
+  return comm_->JoinOnDevice();
+}
+
+absl::Status DataParallel::ReduceFp8AmaxesOnDevice(Fp8State* state) {
+  if (absl::Status s = comm_->AllReduceAsync(state->amax(0),
+                                             static_cast<size_t>(state->num_tensors()),
+                                             kernels::DType::kF32, comm::ReduceOp::kMax);
+      !s.ok()) {
+    return s;
+  }
+  return comm_->JoinOnDevice();
+}
+
+absl::Status DataParallel::WaitForReplay() {
+  return comm_->WaitForBackend("the replayed training step");
+}
+
+absl::StatusOr<bool> DataParallel::AllRanksTrue(bool local) {
+  // The maximum of every rank's "false" flag.
+  const double flag = local ? 0.0 : 1.0;
   backend_->CopyFromHost(scratch_, &flag, sizeof(double));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
   if (absl::Status s = comm_->AllReduce(scratch_, 1, kernels::DType::kF64, comm::ReduceOp::kMax);
       !s.ok()) {
     return s;
   }
-  double any_non_finite = 0.0;
-  backend_->CopyToHost(&any_non_finite, scratch_, sizeof(double));
+  double any_false = 0.0;
+  backend_->CopyToHost(&any_false, scratch_, sizeof(double));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
-  return any_non_finite == 0.0;
+  return any_false == 0.0;
 }
 
 absl::Status DataParallel::ReduceFp8Amaxes(Fp8State* state) {

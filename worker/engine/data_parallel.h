@@ -29,10 +29,11 @@
 #include "worker/comm/communicator.h"
 #include "worker/engine/fp8_state.h"
 #include "worker/engine/model.h"
+#include "worker/engine/step_graph.h"
 
 namespace boulder::engine {
 
-class DataParallel {
+class DataParallel final : public StepCollectives {
  public:
   // Connects to the other ranks (blocking up to options.timeout) and makes every replica start
   // from rank 0's parameters. INVALID_ARGUMENT when the model's gradient_ranks is not
@@ -40,7 +41,7 @@ class DataParallel {
   static absl::StatusOr<std::unique_ptr<DataParallel>> Create(const comm::CommOptions& options,
                                                               kernels::Backend* backend,
                                                               Model* model);
-  ~DataParallel();
+  ~DataParallel() override;
 
   // Whether the next Model::Backward() all-reduces its gradients bucket by bucket: true for
   // the last micro-batch of a step (earlier ones only accumulate).
@@ -55,7 +56,15 @@ class DataParallel {
 
   // Whether `local_finite` holds on every rank (false when any rank saw a non-finite loss or
   // gradient): the same answer on every rank, so all skip a step or none.
-  absl::StatusOr<bool> AllRanksFinite(bool local_finite);
+  absl::StatusOr<bool> AllRanksFinite(bool local_finite) { return AllRanksTrue(local_finite); }
+
+  // StepCollectives: the step recorded in a CUDA graph (StepGraph), NCCL only.
+  std::string CaptureBlocker() const override;
+  void ReduceDuringBackward() override { ReduceDuringNextBackward(true); }
+  absl::Status JoinGradientsOnDevice() override;
+  absl::Status ReduceFp8AmaxesOnDevice(Fp8State* state) override;
+  absl::StatusOr<bool> AllRanksTrue(bool local) override;
+  absl::Status WaitForReplay() override;
 
   // Replaces each of `state`'s amaxes (this step's, before Fp8State::UpdateScales) by its
   // maximum over the ranks. Blocking; on CUDA the backend's stream is ordered after it.

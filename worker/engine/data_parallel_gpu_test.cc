@@ -4,6 +4,8 @@
 // replica checksum) and must train exactly like the run without a communicator. Skips without
 // a usable GPU.
 #include <cstdlib>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -133,6 +135,67 @@ TEST(DataParallelGpuTest, OneRankNcclFp8MatchesTheRunWithoutACommunicator) {
     EXPECT_NEAR(nccl.back().fp8(t).scale(), want, 1e-3 * want) << "tensor " << t;
   }
   EXPECT_LT(plain.back().loss(), plain.front().loss());
+}
+
+// The data-parallel step recorded in a CUDA graph (grad_accum_steps 1, training.cuda_graph:
+// on): the bucket all-reduces and FP8's amax reduction are NCCL nodes of the graph, joined on
+// the device, and every replay is waited for with the collective timeout. Over one rank the
+// reductions are the identity, so the run is bit-identical to the replayed run without a
+// communicator (deterministic), and every step from the third on is replayed.
+TEST(DataParallelGpuTest, OneRankNcclStepReplaysFromAGraphBitIdentical) {
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> gpu = kernels::NewCudaBackend(0);
+  if (!gpu.ok()) GTEST_SKIP() << "no usable CUDA device";
+  const bool fp8_ok = (*gpu)->Fp8Supported().ok();
+  gpu->reset();
+  for (const std::string precision : {"bf16", "fp8"}) {
+    if (precision == "fp8" && !fp8_ok) continue;
+    SCOPED_TRACE(precision);
+    comm::TestRendezvousServer server;
+    v1::JobSpec spec = Spec();
+    spec.mutable_training()->set_grad_accum_steps(1);
+    spec.mutable_training()->set_steps(12);
+    spec.mutable_training()->set_cuda_graph("on");
+    spec.set_precision(precision);
+    if (precision == "fp8") {
+      v1::Fp8Spec* f = spec.mutable_fp8();
+      f->set_format("hybrid");
+      f->set_amax_history_len(16);
+      f->set_amax_compute_algo("max");
+      f->set_margin(0);
+      f->set_emulate(false);
+      f->set_max_consecutive_skips(10);
+    }
+    std::vector<v1::StepReport> plain, nccl;
+    std::vector<std::string> info;
+    TrainerOptions o;
+    o.spec = spec;
+    o.job_id = 1;
+    o.on_step = [&plain](const v1::StepReport& r) { plain.push_back(r); };
+    absl::Status s = RunTrainer(o);
+    ASSERT_TRUE(s.ok()) << s;
+    o.force_communicator = true;
+    o.coordinator = server.address();
+    o.security.insecure = true;
+    o.on_step = [&nccl](const v1::StepReport& r) { nccl.push_back(r); };
+    o.on_info = [&info](absl::string_view line) { info.emplace_back(line); };
+    s = RunTrainer(o);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_THAT(info, ::testing::Contains(::testing::HasSubstr("over nccl")));
+    EXPECT_THAT(info, ::testing::Contains(::testing::HasSubstr("captured the training step")));
+    ASSERT_EQ(nccl.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(nccl[i].cuda_graph(), i >= 2) << "step " << i + 1;
+      EXPECT_EQ(nccl[i].loss(), plain[i].loss()) << "step " << i + 1;
+      EXPECT_EQ(nccl[i].grad_norm(), plain[i].grad_norm()) << "step " << i + 1;
+    }
+    EXPECT_NE(nccl.back().param_checksum(), 0u);
+    if (precision == "fp8") {
+      ASSERT_EQ(nccl.back().fp8_size(), plain.back().fp8_size());
+      for (int t = 0; t < plain.back().fp8_size(); ++t) {
+        EXPECT_EQ(nccl.back().fp8(t).scale(), plain.back().fp8(t).scale()) << "tensor " << t;
+      }
+    }
+  }
 }
 
 }  // namespace

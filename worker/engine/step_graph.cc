@@ -24,8 +24,15 @@ absl::StatusOr<std::unique_ptr<StepGraph>> StepGraph::Create(kernels::Backend* b
   std::string reason;
   if (mode == "off") {
     reason = "training.cuda_graph is off";
-  } else if (options.data_parallel) {
-    reason = "data parallelism (the gradient all-reduce runs on its own stream, per bucket)";
+  } else if (options.collectives != nullptr && options.grad_accum_steps > 1) {
+    reason = "data parallelism with grad_accum_steps > 1 (only the last micro-batch reduces)";
+  } else if (options.collectives != nullptr &&
+             !options.collectives->CaptureBlocker().empty()) {
+    reason = absl::StrCat("data parallelism: ", options.collectives->CaptureBlocker());
+  } else if (options.collectives != nullptr && mode != "on") {
+    reason =
+        "data parallelism: replaying the step with its all-reduces is opt-in "
+        "(training.cuda_graph: on) until it has been measured on several GPUs";
   } else if (options.profiling) {
     reason = "per-kernel profiling is on (its events would be recorded)";
   } else {
@@ -83,18 +90,26 @@ absl::Status StepGraph::Capture(int64_t step) {
   absl::Status failed;
   std::string sizes;
   const bool fp8 = m.fp8_state() != nullptr;
-  auto optimizer = [&m] {
+  StepCollectives* const dp = options_.collectives;
+  absl::Status dp_status;  // the collectives' first error while recording
+  auto optimizer = [&m, dp, &dp_status] {
     m.EnqueueOptimizerStep();
+    if (dp != nullptr && m.fp8_state() != nullptr) {
+      dp_status.Update(dp->ReduceFp8AmaxesOnDevice(m.fp8_state()));
+    }
     m.EnqueueFp8ScaleUpdate();  // FP8 only
   };
   if (options_.grad_accum_steps == 1) {
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = Record(
-        [&m, &optimizer] {
+        [&m, &optimizer, dp, &dp_status] {
           m.EnqueueTrainingForward();
+          if (dp != nullptr) dp->ReduceDuringBackward();
           m.EnqueueBackward();
+          if (dp != nullptr) dp_status.Update(dp->JoinGradientsOnDevice());
           optimizer();
         },
         &step_tallies_);
+    if (g.ok() && !dp_status.ok()) g = dp_status;
     if (g.ok()) {
       step_ = *std::move(g);
       sizes = absl::StrCat("one graph of ", step_->num_nodes(), " nodes");
@@ -128,6 +143,18 @@ absl::Status StepGraph::Capture(int64_t step) {
       absl::StrAppend(&sizes, " and an optimizer graph of ", optimizer_->num_nodes(), " nodes");
     } else {
       failed = opt.status();
+    }
+  }
+  if (dp != nullptr) {
+    // Every rank replays its graph's collectives or none does: agree before the first replay.
+    absl::StatusOr<bool> all = dp->AllRanksTrue(failed.ok());
+    if (!all.ok()) return all.status();
+    if (!failed.ok() || !*all) {
+      m.InvalidateFp8Weights();
+      return absl::InternalError(absl::StrCat(
+          "step ", step, ": capturing the data-parallel step in a CUDA graph failed ",
+          failed.ok() ? "on another rank" : absl::StrCat("on this rank: ", failed.message()),
+          " (set training.cuda_graph: off to train eagerly)"));
     }
   }
   if (!failed.ok()) {
@@ -171,6 +198,9 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
     if (absl::Status s = m.UploadBatch(b.inputs, b.targets); !s.ok()) return s;
     if (accum == 1) {
       Replay(*step_, step_tallies_);
+      if (options_.collectives != nullptr) {
+        if (absl::Status s = options_.collectives->WaitForReplay(); !s.ok()) return s;
+      }
     } else if (micro == 0 && first_micro_ != nullptr) {
       Replay(*first_micro_, first_micro_tallies_);
     } else {

@@ -23,11 +23,19 @@
 // micro-batch whose loss is not finite ends the step there (as the eager loop: the optimizer
 // graph is not replayed).
 //
+// Data parallelism (StepGraphOptions::collectives, grad_accum_steps 1, collectives that can be
+// recorded: NCCL; mode "on" only, for now: "auto" keeps such steps eager until the recorded
+// step has been measured on several GPUs): the one graph also holds the gradient all-reduces, issued per bucket during
+// the backward on the communicator's stream and joined on the device before the gradient norm,
+// and with FP8 the amaxes' MAX all-reduce before the scale update. After recording, the ranks
+// agree that every one of them recorded (else all fail: their collectives would no longer
+// match); each replay is waited for with the collective timeout, watching for a failed peer.
+//
 // Where graphs don't apply the step runs eagerly (Run returns nullopt): mode "off"; a backend
-// without capture (cpu); data parallelism (the gradient all-reduce runs on its own stream and
-// the host, per bucket);
-// per-kernel profiling (its events). Mode "on" makes any of these an error instead, and mode
-// "auto" also falls back to eager steps when the capture itself fails (with a notice).
+// without capture (cpu); data parallelism with grad_accum_steps > 1 or with collectives that
+// cannot be recorded (Gloo); per-kernel profiling (its events). Mode "on" makes any of these an
+// error instead, and mode "auto" also falls back to eager steps when the capture itself fails
+// (with a notice; with data parallelism a failed capture is an error on every rank).
 //
 // Thread-safety: none; used by the thread that drives the model and its backend.
 #ifndef BOULDER_WORKER_ENGINE_STEP_GRAPH_H_
@@ -49,12 +57,33 @@
 
 namespace boulder::engine {
 
+// The data-parallel collectives of a recorded step (DataParallel implements it).
+class StepCollectives {
+ public:
+  virtual ~StepCollectives() = default;
+  // Why the collectives cannot be recorded in a graph; "" when they can.
+  virtual std::string CaptureBlocker() const = 0;
+  // While recording, in this order around the model's work: before the backward (its buckets
+  // then issue their all-reduces as they finish), after it (the backend's stream joins them,
+  // no host wait), and with FP8 before the scale update (the amaxes' MAX over the ranks,
+  // joined on the device). The first error is returned by the later calls too.
+  virtual void ReduceDuringBackward() = 0;
+  virtual absl::Status JoinGradientsOnDevice() = 0;
+  virtual absl::Status ReduceFp8AmaxesOnDevice(Fp8State* state) = 0;
+  // After recording: whether `recorded` holds on every rank (a blocking collective).
+  virtual absl::StatusOr<bool> AllRanksTrue(bool recorded) = 0;
+  // After a replay is launched: waits for it up to the collective timeout, failing (naming the
+  // ranks) when a peer failed or hung.
+  virtual absl::Status WaitForReplay() = 0;
+};
+
 struct StepGraphOptions {
   // training.cuda_graph: "auto" (also ""), "on" or "off".
   std::string mode = "auto";
   int grad_accum_steps = 1;
+  // Data parallelism: null without. Not owned; must outlive the StepGraph.
+  StepCollectives* collectives = nullptr;
   // Conditions that rule graphs out (see above).
-  bool data_parallel = false;
   bool profiling = false;
   // Eager steps before the capture: the first calls of each GEMM shape pick (and, unless
   // deterministic, time) their algorithms, which must not happen while recording.
@@ -99,7 +128,8 @@ class StepGraph {
   // Errors: INTERNAL when a micro-batch's loss is not finite without FP8 (as the eager loop;
   // the step's update has then been applied, and the job fails), or with FP8 when the loss is
   // not finite but the gradient norm is (the device applied the update the eager loop would
-  // have skipped); a failed capture in mode "on"; the backend's errors.
+  // have skipped); a failed capture in mode "on", or with data parallelism on any rank; the
+  // collectives' errors (a failed or hung peer); the backend's errors.
   absl::StatusOr<std::optional<Result>> Run(int64_t step, float lr, int t,
                                             const std::function<Batch(int micro)>& batch);
 

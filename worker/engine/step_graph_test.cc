@@ -50,6 +50,8 @@ class RecordingBackend final : public kernels::Backend {
   void set_fail_captures(bool on) { fail_captures_ = on; }
   int captures() const { return captures_; }
   int replays() const { return replays_; }
+  // Operations recorded so far by the capture in progress.
+  size_t recorded_ops() const { return ops_.size(); }
 
   absl::Status BeginCapture() override {
     if (capturing_) return absl::FailedPreconditionError("already capturing");
@@ -529,6 +531,109 @@ TEST(StepGraphTest, CpuBackendRunsEagerlyInAutoAndRefusesOn) {
                         "cpu backend cannot capture graphs"));
 }
 
+// Data parallelism's collectives as StepGraph drives them: a log of the calls, each with the
+// number of operations the capture in progress had recorded by then (the fake reduces nothing:
+// one rank's arithmetic is the plain run's).
+class FakeCollectives final : public StepCollectives {
+ public:
+  explicit FakeCollectives(const RecordingBackend* be) : be_(be) {}
+  std::string blocker;      // CaptureBlocker()
+  bool others_recorded = true;  // what the other ranks answer in AllRanksTrue
+  absl::Status wait_error;  // WaitForReplay()'s answer
+  std::vector<std::pair<std::string, size_t>> log;
+
+  std::string CaptureBlocker() const override { return blocker; }
+  void ReduceDuringBackward() override { Log("reduce"); }
+  absl::Status JoinGradientsOnDevice() override {
+    Log("join");
+    return absl::OkStatus();
+  }
+  absl::Status ReduceFp8AmaxesOnDevice(Fp8State*) override {
+    Log("amax");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> AllRanksTrue(bool recorded) override {
+    Log(recorded ? "agree(true)" : "agree(false)");
+    return recorded && others_recorded;
+  }
+  absl::Status WaitForReplay() override {
+    Log("wait");
+    return wait_error;
+  }
+
+ private:
+  void Log(const std::string& what) { log.emplace_back(what, be_ ? be_->recorded_ops() : 0); }
+  const RecordingBackend* be_;
+};
+
+std::vector<std::string> Names(const FakeCollectives& c) {
+  std::vector<std::string> out;
+  for (const auto& [name, ops] : c.log) out.push_back(name);
+  return out;
+}
+
+// The recorded data-parallel step: the all-reduces issued during the backward and joined
+// before the optimizer, FP8's amax reduction before the scale update, one agreement after
+// recording, a bounded wait after every replay; the arithmetic is the plain replay's.
+TEST(StepGraphTest, DataParallelStepIsRecordedWithItsCollectives) {
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    const int steps = 6;
+    const ModelOptions options = fp8 ? Fp8Options(1) : SmallOptions(1);
+    RecordingBackend plain_be, dp_be;
+    absl::StatusOr<StepRun> plain = TrainSteps(&plain_be, options, "on", steps);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    FakeCollectives dp(&dp_be);
+    absl::StatusOr<StepRun> run =
+        TrainSteps(&dp_be, options, "on", steps, [](int) { return -1.0; }, nullptr, &dp);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->graphed, plain->graphed);
+    EXPECT_EQ(FirstBitDifference(plain->losses, run->losses), -1);
+    EXPECT_EQ(FirstBitDifference(plain->params, run->params), -1);
+    std::vector<std::string> want = {"reduce", "join"};
+    if (fp8) want.push_back("amax");
+    want.push_back("agree(true)");
+    for (int replay = 0; replay < steps - 2; ++replay) want.push_back("wait");
+    EXPECT_EQ(Names(dp), want);
+    // While recording: the reduce after the forward's ops, the join after the backward's, and
+    // FP8's amax reduction after the optimizer's.
+    ASSERT_GE(dp.log.size(), 3u);
+    EXPECT_GT(dp.log[0].second, 0u);
+    EXPECT_GT(dp.log[1].second, dp.log[0].second);
+    if (fp8) EXPECT_GT(dp.log[2].second, dp.log[1].second);
+  }
+}
+
+TEST(StepGraphTest, DataParallelCaptureFailsOnEveryRankWhenOneFails) {
+  RecordingBackend be;
+  FakeCollectives dp(&be);
+  dp.others_recorded = false;
+  absl::StatusOr<StepRun> run =
+      TrainSteps(&be, SmallOptions(1), "on", 4, [](int) { return -1.0; }, nullptr, &dp);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInternal) << run.status();
+  EXPECT_THAT(run.status().message(), HasSubstr("step 3: capturing the data-parallel step"));
+  EXPECT_THAT(run.status().message(), HasSubstr("failed on another rank"));
+  EXPECT_THAT(run.status().message(), HasSubstr("training.cuda_graph: off"));
+
+  // This rank's own capture fails: the others hear of it before replaying.
+  RecordingBackend failing;
+  failing.set_fail_captures(true);
+  FakeCollectives dp2(&failing);
+  run = TrainSteps(&failing, SmallOptions(1), "on", 4, [](int) { return -1.0; }, nullptr, &dp2);
+  EXPECT_EQ(run.status().code(), absl::StatusCode::kInternal) << run.status();
+  EXPECT_THAT(run.status().message(), HasSubstr("failed on this rank: injected capture failure"));
+  EXPECT_THAT(Names(dp2), Contains("agree(false)"));
+}
+
+TEST(StepGraphTest, DataParallelReplayReturnsTheWaitsError) {
+  RecordingBackend be;
+  FakeCollectives dp(&be);
+  dp.wait_error = absl::UnavailableError("rank 1 is dead or hung");
+  absl::StatusOr<StepRun> run =
+      TrainSteps(&be, SmallOptions(1), "on", 4, [](int) { return -1.0; }, nullptr, &dp);
+  EXPECT_EQ(run.status(), dp.wait_error);
+}
+
 TEST(StepGraphTest, ModesAndConditions) {
   RecordingBackend be;
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(&be, SmallOptions(1));
@@ -546,14 +651,24 @@ TEST(StepGraphTest, ModesAndConditions) {
   absl::StatusOr<std::unique_ptr<StepGraph>> on_recording = StepGraph::Create(&be, model->get(), o);
   ASSERT_TRUE(on_recording.ok());
   EXPECT_TRUE((*on_recording)->enabled());
+  FakeCollectives gloo(nullptr);
+  gloo.blocker = "the gloo communicator's collectives run on the host";
+  FakeCollectives nccl(nullptr);
   struct Condition {
-    bool StepGraphOptions::*flag;
+    std::function<void(StepGraphOptions*)> set;
     const char* reason;
   };
-  for (const Condition& c : {Condition{&StepGraphOptions::data_parallel, "data parallelism"},
-                             Condition{&StepGraphOptions::profiling, "per-kernel profiling"}}) {
+  for (const Condition& c : {
+           Condition{[](StepGraphOptions* w) { w->profiling = true; }, "per-kernel profiling"},
+           Condition{[&gloo](StepGraphOptions* w) { w->collectives = &gloo; },
+                     "data parallelism: the gloo communicator's collectives run on the host"},
+           Condition{[&nccl](StepGraphOptions* w) {
+                       w->collectives = &nccl;
+                       w->grad_accum_steps = 2;
+                     },
+                     "data parallelism with grad_accum_steps > 1"}}) {
     StepGraphOptions with = o;
-    with.*c.flag = true;
+    c.set(&with);
     with.mode = "auto";
     absl::StatusOr<std::unique_ptr<StepGraph>> g = StepGraph::Create(&be, model->get(), with);
     ASSERT_TRUE(g.ok()) << g.status();
@@ -564,6 +679,18 @@ TEST(StepGraphTest, ModesAndConditions) {
     EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(g.status().message(), HasSubstr(c.reason));
   }
+  // Data parallelism with collectives a graph can hold: recorded in mode "on" only.
+  StepGraphOptions with = o;
+  with.collectives = &nccl;
+  with.mode = "auto";
+  absl::StatusOr<std::unique_ptr<StepGraph>> g = StepGraph::Create(&be, model->get(), with);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE((*g)->enabled());
+  EXPECT_THAT((*g)->reason(), HasSubstr("opt-in (training.cuda_graph: on)"));
+  with.mode = "on";
+  g = StepGraph::Create(&be, model->get(), with);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE((*g)->enabled());
 }
 
 // The trainer on the cpu backend: auto trains eagerly and says so, on is refused up front.

@@ -58,7 +58,8 @@ inline ScheduleConfig TestSchedule() {
 template <typename LrOverride>
 absl::StatusOr<StepRun> TrainSteps(kernels::Backend* backend, const ModelOptions& options,
                                    const std::string& mode, int steps, LrOverride lr_override,
-                                   const StepHook& hook = nullptr) {
+                                   const StepHook& hook = nullptr,
+                                   StepCollectives* collectives = nullptr) {
   absl::StatusOr<std::unique_ptr<Model>> made = Model::Create(backend, options);
   if (!made.ok()) return made.status();
   Model& model = **made;
@@ -66,6 +67,7 @@ absl::StatusOr<StepRun> TrainSteps(kernels::Backend* backend, const ModelOptions
   StepGraphOptions go;
   go.mode = mode;
   go.grad_accum_steps = options.grad_accum_steps;
+  go.collectives = collectives;
   go.on_info = [&run](absl::string_view line) { run.info.emplace_back(line); };
   absl::StatusOr<std::unique_ptr<StepGraph>> graph = StepGraph::Create(backend, &model, go);
   if (!graph.ok()) return graph.status();

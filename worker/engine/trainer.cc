@@ -382,7 +382,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   StepGraphOptions graph_options;
   graph_options.mode = tr.cuda_graph();
   graph_options.grad_accum_steps = accum;
-  graph_options.data_parallel = dp != nullptr;
+  graph_options.collectives = dp.get();
   graph_options.profiling = o.profile_kernels;
   graph_options.on_info = [&o](absl::string_view line) { Info(o, line); };
   absl::StatusOr<std::unique_ptr<StepGraph>> step_graph =
@@ -457,7 +457,9 @@ absl::Status RunTrainer(const TrainerOptions& o) {
       if (!norm.ok()) return norm.status();
       finite = std::isfinite(*norm);
     }
-    if (fp8 && dp != nullptr) {
+    // A replayed step decided on the device from the all-reduced gradients' norm, the same on
+    // every rank (every rank replays: StepGraph's agreement).
+    if (fp8 && dp != nullptr && !graphed->has_value()) {
       absl::StatusOr<bool> all = dp->AllRanksFinite(finite);
       if (!all.ok()) return Annotate(all.status(), step);
       finite = *all;
@@ -512,7 +514,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     const bool report =
         o.on_step && (step % tr.log_every_steps() == 0 || step == total || evaluate);
     if (fp8) {
-      if (dp != nullptr) {
+      if (dp != nullptr && !graphed->has_value()) {  // a replayed step reduced them on the device
         if (absl::Status s = dp->ReduceFp8Amaxes(model.fp8_state()); !s.ok()) {
           return Annotate(s, step);
         }
