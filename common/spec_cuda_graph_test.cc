@@ -65,14 +65,22 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   "training.cuda_graph: on needs the cuda backend, but fp8.emulate trains on the "
                   "cpu backend"},
-        ErrorCase{"training: {cuda_graph: on}\nresources: {workers: 2}",
+        ErrorCase{"training: {cuda_graph: on, grad_accum_steps: 2}\nresources: {workers: 2}",
                   {},
-                  "training.cuda_graph: on is not supported with resources.workers 2"},
+                  "training.cuda_graph: on with resources.workers 2 needs "
+                  "training.grad_accum_steps 1, got 2"},
         ErrorCase{"{}", {"training.cuda_graph=yes"}, "training.cuda_graph: unknown mode 'yes'"}));
 
 TEST(SpecCudaGraphTest, OnAcceptsFp8OnTheCudaBackend) {
   // FP8 steps replay from graphs too (worker/engine/step_graph.h).
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpec("training: {cuda_graph: on}\nprecision: fp8", {});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+}
+
+TEST(SpecCudaGraphTest, OnAcceptsDataParallelismOfOneMicroBatch) {
+  // The all-reduces are recorded with the step (worker/engine/step_graph.h).
+  absl::StatusOr<v1::JobSpec> spec =
+      LoadJobSpec("training: {cuda_graph: on}\nresources: {workers: 2}", {});
   EXPECT_TRUE(spec.ok()) << spec.status();
 }
 
