@@ -39,16 +39,6 @@ absl::Status ValidateCudaGraph(const v1::JobSpec& spec) {
     return Invalid(absl::StrCat(
         "on needs the cuda backend, but fp8.emulate trains on the cpu backend's emulation", kHint));
   }
-  if (spec.resources().workers() > 1 && spec.training().grad_accum_steps() > 1) {
-    // worker/engine/step_graph.h: a data-parallel step is recorded with its all-reduces only
-    // when it is one micro-batch.
-    return Invalid(absl::StrCat("on with resources.workers ", spec.resources().workers(),
-                                " needs training.grad_accum_steps 1, got ",
-                                spec.training().grad_accum_steps(),
-                                " (a data-parallel step of several micro-batches is not "
-                                "recorded)",
-                                kHint));
-  }
   return absl::OkStatus();
 }
 

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -137,8 +139,8 @@ TEST(DataParallelGpuTest, OneRankNcclFp8MatchesTheRunWithoutACommunicator) {
   EXPECT_LT(plain.back().loss(), plain.front().loss());
 }
 
-// The data-parallel step recorded in a CUDA graph (grad_accum_steps 1, training.cuda_graph:
-// on): the bucket all-reduces and FP8's amax reduction are NCCL nodes of the graph, joined on
+// The data-parallel step recorded in CUDA graphs (training.cuda_graph: on; grad_accum_steps 1,
+// or 2: the last micro-batch's graph holds the all-reduces): the bucket all-reduces and FP8's amax reduction are NCCL nodes of the graph, joined on
 // the device, and every replay is waited for with the collective timeout. Over one rank the
 // reductions are the identity, so the run is bit-identical to the replayed run without a
 // communicator (deterministic), and every step from the third on is replayed.
@@ -147,12 +149,13 @@ TEST(DataParallelGpuTest, OneRankNcclStepReplaysFromAGraphBitIdentical) {
   if (!gpu.ok()) GTEST_SKIP() << "no usable CUDA device";
   const bool fp8_ok = (*gpu)->Fp8Supported().ok();
   gpu->reset();
-  for (const std::string precision : {"bf16", "fp8"}) {
+  for (const auto& [precision, accum] : std::vector<std::pair<std::string, int>>{
+           {"bf16", 1}, {"fp8", 1}, {"bf16", 2}, {"fp8", 2}}) {
     if (precision == "fp8" && !fp8_ok) continue;
-    SCOPED_TRACE(precision);
+    SCOPED_TRACE(absl::StrCat(precision, " grad_accum_steps ", accum));
     comm::TestRendezvousServer server;
     v1::JobSpec spec = Spec();
-    spec.mutable_training()->set_grad_accum_steps(1);
+    spec.mutable_training()->set_grad_accum_steps(accum);
     spec.mutable_training()->set_steps(12);
     spec.mutable_training()->set_cuda_graph("on");
     spec.set_precision(precision);

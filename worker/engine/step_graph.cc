@@ -24,8 +24,6 @@ absl::StatusOr<std::unique_ptr<StepGraph>> StepGraph::Create(kernels::Backend* b
   std::string reason;
   if (mode == "off") {
     reason = "training.cuda_graph is off";
-  } else if (options.collectives != nullptr && options.grad_accum_steps > 1) {
-    reason = "data parallelism with grad_accum_steps > 1 (only the last micro-batch reduces)";
   } else if (options.collectives != nullptr &&
              !options.collectives->CaptureBlocker().empty()) {
     reason = absl::StrCat("data parallelism: ", options.collectives->CaptureBlocker());
@@ -128,11 +126,23 @@ absl::Status StepGraph::Capture(int64_t step) {
                         : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> micro =
         first.ok() ? Record(micro_step, &micro_tallies_) : first.status();
+    // Data parallelism: the last micro-batch's backward also issues the bucket all-reduces.
+    auto last_step = [&m, dp, &dp_status] {
+      m.EnqueueTrainingForward();
+      dp->ReduceDuringBackward();
+      m.EnqueueBackward();
+      dp_status.Update(dp->JoinGradientsOnDevice());
+    };
+    GraphOr last = !micro.ok()     ? GraphOr(micro.status())
+                   : dp != nullptr ? Record(last_step, &last_micro_tallies_)
+                                   : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> opt =
-        micro.ok() ? Record(optimizer, &optimizer_tallies_) : micro.status();
+        last.ok() ? Record(optimizer, &optimizer_tallies_) : last.status();
+    if (opt.ok() && !dp_status.ok()) opt = dp_status;
     if (opt.ok()) {
       first_micro_ = *std::move(first);
       micro_ = *std::move(micro);
+      last_micro_ = *std::move(last);
       optimizer_ = *std::move(opt);
       sizes = fp8 ? absl::StrCat("a first-micro-batch graph of ", first_micro_->num_nodes(),
                                  " nodes with the FP8 weight casts, a micro-step graph of ",
@@ -140,6 +150,10 @@ absl::Status StepGraph::Capture(int64_t step) {
                                  options_.grad_accum_steps - 1, " times")
                   : absl::StrCat("a micro-step graph of ", micro_->num_nodes(), " nodes replayed ",
                                  options_.grad_accum_steps, " times");
+      if (last_micro_ != nullptr) {
+        absl::StrAppend(&sizes, ", a last-micro-batch graph of ", last_micro_->num_nodes(),
+                        " nodes with the gradient all-reduces");
+      }
       absl::StrAppend(&sizes, " and an optimizer graph of ", optimizer_->num_nodes(), " nodes");
     } else {
       failed = opt.status();
@@ -191,6 +205,9 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
   if (absl::Status s = m.SetOptimizerStep(lr, t); !s.ok()) return s;
   const int accum = options_.grad_accum_steps;
   const bool fp8 = m.fp8_state() != nullptr;
+  StepCollectives* const dp = options_.collectives;
+  // Data parallelism: a replay may hold collectives; wait for it with their timeout.
+  auto wait = [dp]() { return dp != nullptr ? dp->WaitForReplay() : absl::OkStatus(); };
   Result r{0.0, 0.0f};
   bool loss_finite = true;
   for (int micro = 0; micro < accum; ++micro) {
@@ -198,14 +215,14 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
     if (absl::Status s = m.UploadBatch(b.inputs, b.targets); !s.ok()) return s;
     if (accum == 1) {
       Replay(*step_, step_tallies_);
-      if (options_.collectives != nullptr) {
-        if (absl::Status s = options_.collectives->WaitForReplay(); !s.ok()) return s;
-      }
+    } else if (micro == accum - 1 && last_micro_ != nullptr) {
+      Replay(*last_micro_, last_micro_tallies_);
     } else if (micro == 0 && first_micro_ != nullptr) {
       Replay(*first_micro_, first_micro_tallies_);
     } else {
       Replay(*micro_, micro_tallies_);
     }
+    if (absl::Status s = wait(); !s.ok()) return s;
     absl::StatusOr<double> l = m.ReadLoss();
     if (!l.ok()) return l.status();
     if (!std::isfinite(*l)) {
@@ -214,20 +231,27 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
             absl::StrCat("step ", step, ": loss is ", *l,
                          " (training diverged; try a lower training.lr or training.grad_clip)"));
       }
-      // FP8: the step is skipped (as the eager loop, which stops at this micro-batch).
-      r.loss = *l;
+      // FP8: the step is skipped (as the eager loop, which stops at this micro-batch). With
+      // data parallelism every micro-batch still runs (the other ranks' all-reduces wait for
+      // this rank's), and the all-reduced gradients' norm, not finite then, skips the update
+      // on the device on every rank.
+      if (loss_finite) r.loss = *l;
       loss_finite = false;
-      break;
+      if (dp == nullptr) break;
+      continue;
     }
-    r.loss += *l / accum;
+    if (loss_finite) r.loss += *l / accum;
   }
   ++replayed_;
-  if (!loss_finite && accum > 1) {
+  if (!loss_finite && accum > 1 && dp == nullptr) {
     r.grad_norm = std::nanf("");
     r.applied = false;
     return r;
   }
-  if (accum > 1) Replay(*optimizer_, optimizer_tallies_);
+  if (accum > 1) {
+    Replay(*optimizer_, optimizer_tallies_);
+    if (absl::Status s = wait(); !s.ok()) return s;
+  }
   absl::StatusOr<float> norm = m.ReadGradNorm();
   if (!norm.ok()) return norm.status();
   r.grad_norm = *norm;

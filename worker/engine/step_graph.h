@@ -23,19 +23,23 @@
 // micro-batch whose loss is not finite ends the step there (as the eager loop: the optimizer
 // graph is not replayed).
 //
-// Data parallelism (StepGraphOptions::collectives, grad_accum_steps 1, collectives that can be
-// recorded: NCCL; mode "on" only, for now: "auto" keeps such steps eager until the recorded
-// step has been measured on several GPUs): the one graph also holds the gradient all-reduces, issued per bucket during
-// the backward on the communicator's stream and joined on the device before the gradient norm,
-// and with FP8 the amaxes' MAX all-reduce before the scale update. After recording, the ranks
-// agree that every one of them recorded (else all fail: their collectives would no longer
-// match); each replay is waited for with the collective timeout, watching for a failed peer.
+// Data parallelism (StepGraphOptions::collectives with collectives that can be recorded: NCCL;
+// mode "on" only, for now: "auto" keeps such steps eager until the recorded step has been
+// measured on several GPUs): the graph of the step's last micro-batch (the one graph with
+// grad_accum_steps 1, else a last-micro-batch graph beside the micro-step one) also holds the
+// gradient all-reduces, issued per bucket during the backward on the communicator's stream and
+// joined on the device before the gradient norm; with FP8 the amaxes' MAX all-reduce runs
+// before the scale update. A micro-batch with a non-finite FP8 loss does not end the step early
+// (the other ranks' all-reduces wait for this rank's): the all-reduced norm, not finite then on
+// every rank, skips the update on the device. After recording, the ranks agree that every one
+// of them recorded (else all fail: their collectives would no longer match); each replay is
+// waited for with the collective timeout, watching for a failed peer.
 //
 // Where graphs don't apply the step runs eagerly (Run returns nullopt): mode "off"; a backend
-// without capture (cpu); data parallelism with grad_accum_steps > 1 or with collectives that
-// cannot be recorded (Gloo); per-kernel profiling (its events). Mode "on" makes any of these an
-// error instead, and mode "auto" also falls back to eager steps when the capture itself fails
-// (with a notice; with data parallelism a failed capture is an error on every rank).
+// without capture (cpu); data parallelism with collectives that cannot be recorded (Gloo) or in
+// mode "auto"; per-kernel profiling (its events). Mode "on" makes any of these an error instead,
+// and mode "auto" also falls back to eager steps when the capture itself fails (with a notice;
+// with data parallelism a failed capture is an error on every rank).
 //
 // Thread-safety: none; used by the thread that drives the model and its backend.
 #ifndef BOULDER_WORKER_ENGINE_STEP_GRAPH_H_
@@ -157,8 +161,11 @@ class StepGraph {
   int64_t replayed_ = 0;
   // accum 1: step_ only; accum > 1: micro_ and optimizer_, and with FP8 first_micro_ (micro_
   // with the weight casts, for micro-batch 0). Each with the FP8 element tallies it adds.
-  std::unique_ptr<kernels::Backend::Graph> step_, micro_, first_micro_, optimizer_;
-  std::vector<int64_t> step_tallies_, micro_tallies_, first_micro_tallies_, optimizer_tallies_;
+  // With data parallelism and accum > 1 also last_micro_ (micro_ with the all-reduces, for the
+  // last micro-batch).
+  std::unique_ptr<kernels::Backend::Graph> step_, micro_, first_micro_, last_micro_, optimizer_;
+  std::vector<int64_t> step_tallies_, micro_tallies_, first_micro_tallies_, last_micro_tallies_,
+      optimizer_tallies_;
 };
 
 }  // namespace boulder::engine

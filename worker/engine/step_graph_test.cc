@@ -572,14 +572,18 @@ std::vector<std::string> Names(const FakeCollectives& c) {
   return out;
 }
 
-// The recorded data-parallel step: the all-reduces issued during the backward and joined
-// before the optimizer, FP8's amax reduction before the scale update, one agreement after
-// recording, a bounded wait after every replay; the arithmetic is the plain replay's.
-TEST(StepGraphTest, DataParallelStepIsRecordedWithItsCollectives) {
+// The recorded data-parallel step: the all-reduces issued during the (last micro-batch's)
+// backward and joined before the optimizer, FP8's amax reduction before the scale update, one
+// agreement after recording, a bounded wait after every replay; the arithmetic is the plain
+// replay's.
+class DataParallelReplayTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DataParallelReplayTest, StepIsRecordedWithItsCollectives) {
+  const int accum = GetParam();
   for (const bool fp8 : {false, true}) {
     SCOPED_TRACE(fp8 ? "fp8" : "bf16");
     const int steps = 6;
-    const ModelOptions options = fp8 ? Fp8Options(1) : SmallOptions(1);
+    const ModelOptions options = fp8 ? Fp8Options(accum) : SmallOptions(accum);
     RecordingBackend plain_be, dp_be;
     absl::StatusOr<StepRun> plain = TrainSteps(&plain_be, options, "on", steps);
     ASSERT_TRUE(plain.ok()) << plain.status();
@@ -590,18 +594,52 @@ TEST(StepGraphTest, DataParallelStepIsRecordedWithItsCollectives) {
     EXPECT_EQ(run->graphed, plain->graphed);
     EXPECT_EQ(FirstBitDifference(plain->losses, run->losses), -1);
     EXPECT_EQ(FirstBitDifference(plain->params, run->params), -1);
+    if (fp8) ExpectSameFp8Stats(*plain, *run);
     std::vector<std::string> want = {"reduce", "join"};
     if (fp8) want.push_back("amax");
     want.push_back("agree(true)");
-    for (int replay = 0; replay < steps - 2; ++replay) want.push_back("wait");
+    // A wait after every replay: the step's graph, or each micro-batch's and the optimizer's.
+    const int replays_per_step = accum == 1 ? 1 : accum + 1;
+    for (int i = 0; i < (steps - 2) * replays_per_step; ++i) want.push_back("wait");
     EXPECT_EQ(Names(dp), want);
+    EXPECT_EQ(dp_be.replays(), (steps - 2) * replays_per_step);
     // While recording: the reduce after the forward's ops, the join after the backward's, and
-    // FP8's amax reduction after the optimizer's.
+    // FP8's amax reduction after the optimizer's (in its own recording when accum > 1).
     ASSERT_GE(dp.log.size(), 3u);
     EXPECT_GT(dp.log[0].second, 0u);
     EXPECT_GT(dp.log[1].second, dp.log[0].second);
-    if (fp8) EXPECT_GT(dp.log[2].second, dp.log[1].second);
+    if (fp8 && accum == 1) EXPECT_GT(dp.log[2].second, dp.log[1].second);
+    if (fp8 && accum > 1) EXPECT_GT(dp.log[2].second, 0u);
+    if (accum > 1) {
+      EXPECT_THAT(run->info, Contains(HasSubstr("last-micro-batch graph")));
+    }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, DataParallelReplayTest, ::testing::Values(1, 3));
+
+// An FP8 step that goes non-finite at its first micro-batch: without data parallelism the
+// replay stops there; with it every micro-batch and the optimizer graph still replay (the other
+// ranks' all-reduces wait for this rank's) and the device skips the update. The same numbers.
+TEST(StepGraphTest, DataParallelNonFiniteFp8StepReplaysEveryMicroBatchThenSkips) {
+  const int accum = 3, steps = 7, poisoned = 4;
+  RecordingBackend plain_be, dp_be;
+  absl::StatusOr<StepRun> plain =
+      TrainSteps(&plain_be, Fp8Options(accum), "on", steps, [](int) { return -1.0; },
+                 testing::PoisonFc1WeightAt(&plain_be, poisoned, 0));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  FakeCollectives dp(&dp_be);
+  absl::StatusOr<StepRun> run =
+      TrainSteps(&dp_be, Fp8Options(accum), "on", steps, [](int) { return -1.0; },
+                 testing::PoisonFc1WeightAt(&dp_be, poisoned, 0), &dp);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::vector<bool> want = {true, true, true, false, true, true, true};
+  EXPECT_EQ(plain->applied, want);
+  EXPECT_EQ(run->applied, want);
+  EXPECT_EQ(FirstBitDifference(plain->losses, run->losses), -1);
+  EXPECT_EQ(FirstBitDifference(plain->params, run->params), -1);
+  EXPECT_EQ(plain_be.replays(), (steps - 3) * (accum + 1) + 1);
+  EXPECT_EQ(dp_be.replays(), (steps - 2) * (accum + 1));
 }
 
 TEST(StepGraphTest, DataParallelCaptureFailsOnEveryRankWhenOneFails) {
@@ -661,12 +699,7 @@ TEST(StepGraphTest, ModesAndConditions) {
   for (const Condition& c : {
            Condition{[](StepGraphOptions* w) { w->profiling = true; }, "per-kernel profiling"},
            Condition{[&gloo](StepGraphOptions* w) { w->collectives = &gloo; },
-                     "data parallelism: the gloo communicator's collectives run on the host"},
-           Condition{[&nccl](StepGraphOptions* w) {
-                       w->collectives = &nccl;
-                       w->grad_accum_steps = 2;
-                     },
-                     "data parallelism with grad_accum_steps > 1"}}) {
+                     "data parallelism: the gloo communicator's collectives run on the host"}}) {
     StepGraphOptions with = o;
     c.set(&with);
     with.mode = "auto";
