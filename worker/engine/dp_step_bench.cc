@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     sets = {"model.preset=gpt2", "model.tie_embeddings=false", "training.batch_size=16",
             "training.seq_len=1024"};
   } else if (workload == "h2048") {
-    sets = {"model.hidden=2048", "model.heads=16", "model.layers=8", "model.ffn=8192",
+    sets = {"model.hidden=2048",  "model.heads=16",        "model.layers=8",       "model.ffn=8192",
             "model.context=1024", "training.batch_size=8", "training.seq_len=1024"};
   } else {
     std::fprintf(stderr, "dp_step_bench: unknown --workload %s (seed, gpt2, h2048)\n",
@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (precision != "bf16" && precision != "fp8") {
-    std::fprintf(stderr, "dp_step_bench: unknown --precision %s (bf16, fp8)\n",
-                 precision.c_str());
+    std::fprintf(stderr, "dp_step_bench: unknown --precision %s (bf16, fp8)\n", precision.c_str());
     return 2;
   }
   for (const std::string& s :
@@ -82,9 +81,10 @@ int main(int argc, char** argv) {
   }
   // NVLink multicast stays off (KINDS.md), as the trainer itself sets it.
   setenv("NCCL_NVLS_ENABLE", "0", 0);
-  std::printf("| workload | precision | way | ms/step | replayed steps |\n|---|---|---|---:|---:|\n");
-  for (const Way& way : {Way{"plain", false, "auto"}, Way{"dp eager", true, "auto"},
-                         Way{"dp graph", true, "on"}}) {
+  std::printf(
+      "| workload | precision | way | ms/step | replayed steps |\n|---|---|---|---:|---:|\n");
+  for (const Way& way :
+       {Way{"plain", false, "auto"}, Way{"dp eager", true, "auto"}, Way{"dp graph", true, "on"}}) {
     std::vector<std::string> with = sets;
     with.push_back(absl::StrCat("training.cuda_graph=", way.cuda_graph));
     absl::StatusOr<boulder::v1::JobSpec> spec = boulder::common::LoadJobSpec("{}", with);
