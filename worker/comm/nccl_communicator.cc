@@ -51,8 +51,11 @@ absl::Status NcclStatus(ncclResult_t err, const char* what, const char* file, in
   } while (0)
 
 constexpr char kUniqueIdKey[] = "nccl/unique_id";
-// Polling period of a wait on the NCCL stream (and on a non-blocking init).
-constexpr auto kPoll = std::chrono::microseconds(50);
+// A wait on the NCCL stream (and on a non-blocking init) polls without sleeping for its first
+// kSpin (the loss average and FP8's small collectives end within it), then every kPoll (a
+// sleep also takes the kernel's timer slack, 50 us by default, on top).
+constexpr auto kSpin = std::chrono::microseconds(500);
+constexpr auto kPoll = std::chrono::microseconds(20);
 
 absl::StatusOr<ncclDataType_t> NcclType(kernels::DType dtype) {
   switch (dtype) {
@@ -264,6 +267,7 @@ class NcclCommunicator final : public Communicator {
   // asynchronous error, up to the timeout.
   absl::Status Poll(const std::string& what, cudaEvent_t event) {
     const absl::Time deadline = absl::Now() + options_.timeout;
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
     while (true) {
       ncclResult_t async = ncclSuccess;
       NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
@@ -283,7 +287,11 @@ class NcclCommunicator final : public Communicator {
         return absl::DeadlineExceededError(
             absl::StrCat(what, ": no progress within ", absl::FormatDuration(options_.timeout)));
       }
-      std::this_thread::sleep_for(kPoll);
+      if (std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(kPoll);
+      }
     }
   }
 
