@@ -8,7 +8,9 @@
 //   dp graph  the same communicator with the step recorded (training.cuda_graph: on).
 // Over one rank NCCL moves no data between GPUs, so this measures the path's host-side and
 // launch costs, not the interconnect; bench/multi_gpu.py measures several GPUs.
-// Prints the median step time over the steps after --warmup, per way.
+// Prints, per way, the median step time over the steps after --warmup, and their mean and
+// maximum: the steps that also compare the replicas' checksums
+// (resources.checksum_every_steps, default 10) show there.
 //
 //   dp_step_bench --workload gpt2 --precision fp8 --steps 30
 #include <algorithm>
@@ -82,7 +84,8 @@ int main(int argc, char** argv) {
   // NVLink multicast stays off (KINDS.md), as the trainer itself sets it.
   setenv("NCCL_NVLS_ENABLE", "0", 0);
   std::printf(
-      "| workload | precision | way | ms/step | replayed steps |\n|---|---|---|---:|---:|\n");
+      "| workload | precision | way | ms/step (median) | mean | max | replayed steps |\n"
+      "|---|---|---|---:|---:|---:|---:|\n");
   for (const Way& way :
        {Way{"plain", false, "auto"}, Way{"dp eager", true, "auto"}, Way{"dp graph", true, "on"}}) {
     std::vector<std::string> with = sets;
@@ -112,8 +115,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dp_step_bench: %s: %s\n", way.name, std::string(s.message()).c_str());
       return 1;
     }
-    std::printf("| %s | %s | %s | %.3f | %d |\n", workload.c_str(), precision.c_str(), way.name,
-                Median(seconds) * 1e3, replayed);
+    double sum = 0.0, max = 0.0;
+    for (double x : seconds) {
+      sum += x;
+      max = std::max(max, x);
+    }
+    std::printf("| %s | %s | %s | %.3f | %.3f | %.3f | %d |\n", workload.c_str(),
+                precision.c_str(), way.name, Median(seconds) * 1e3,
+                seconds.empty() ? 0.0 : sum / seconds.size() * 1e3, max * 1e3, replayed);
     std::fflush(stdout);
   }
   return 0;
