@@ -1,8 +1,30 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
+
 #include "kernels/fp8_recipe.h"
 
 namespace boulder::kernels {
+
+uint64_t ChecksumHost(const void* data, size_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t sum = 0;
+  const size_t words = (bytes + 3) / 4;
+  for (size_t i = 0; i < words; ++i) {
+    uint32_t w = 0;
+    const size_t n = std::min<size_t>(4, bytes - 4 * i);
+    for (size_t k = 0; k < n; ++k) w |= static_cast<uint32_t>(p[4 * i + k]) << (8 * k);
+    sum += ChecksumTerm(w, i);
+  }
+  return sum;
+}
+
+absl::StatusOr<uint64_t> Backend::Checksum(const void* data, size_t bytes) {
+  std::vector<uint8_t> host(bytes);
+  CopyToHost(host.data(), data, bytes);
+  if (absl::Status s = Synchronize(); !s.ok()) return s;
+  return ChecksumHost(host.data(), bytes);
+}
 
 void Backend::CastFp8Batch(const std::vector<Fp8CastJob>& jobs, Fp8Format format) {
   for (const Fp8CastJob& j : jobs) {

@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/checksum.h"
 
 namespace boulder::kernels {
 
@@ -81,6 +82,14 @@ struct DecayBits {
 // One bit per element of a 0/1 byte mask, in DecayBits's order.
 std::vector<uint8_t> PackDecayBits(const std::vector<uint8_t>& mask);
 
+// The replica checksum (Backend::Checksum) of `bytes` bytes at host `data`: the wrapping sum,
+// over the 32-bit little-endian words w_i (the last one zero-padded), of
+// ChecksumTerm(w_i, i) (kernels/checksum.h). A sum of integers, so every summation order, and
+// so every backend, gives the same value; the index in each term makes it depend on where each
+// word is, and the mix (SplitMix64's finalizer) on every bit of it.
+uint64_t ChecksumHost(const void* data, size_t bytes);
+
+
 // Epilogue of a Linear forward GEMM.
 enum class Epilogue {
   kNone,      // out = inp·Wᵀ (+ bias)
@@ -108,6 +117,10 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Waits for all enqueued work; returns the first asynchronous error, if any.
   virtual absl::Status Synchronize() = 0;
+  // ChecksumHost of `bytes` bytes at `data` (backend memory), after the work enqueued so far.
+  // Synchronizes. The default copies the bytes to the host; the cuda backend reduces on the
+  // device and copies 8 bytes.
+  virtual absl::StatusOr<uint64_t> Checksum(const void* data, size_t bytes);
   virtual MemoryStats GetMemoryStats() const = 0;
 
   // ---- ops -------------------------------------------------------------------------------

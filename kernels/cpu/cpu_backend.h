@@ -49,6 +49,9 @@ class CpuBackend final : public Backend {
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
+  absl::StatusOr<uint64_t> Checksum(const void* data, size_t bytes) override {
+    return ChecksumHost(data, bytes);  // host memory: no copy
+  }
   MemoryStats GetMemoryStats() const override;
 
   void EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,

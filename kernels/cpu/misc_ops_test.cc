@@ -1,4 +1,5 @@
 // Residual, NormSquared, Argmax and the GELU/tanh helpers.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -92,6 +93,45 @@ TEST(GeluTest, ForwardAndGradient) {
     // yet ±1).
     EXPECT_NEAR(GeluGrad<float>(static_cast<float>(xi)), fd[0], 5e-6) << xi;
   }
+}
+
+// The replica checksum: every byte and its position count, the value does not depend on the
+// backend (the cpu backend hashes in place, the default copies first), and a partial last
+// word is zero-padded.
+TEST(ChecksumTest, DependsOnEveryByteAndItsPlace) {
+  std::vector<uint8_t> bytes(1003);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>((i * 131 + 7) % 251);
+  const uint64_t h = ChecksumHost(bytes.data(), bytes.size());
+  EXPECT_NE(h, 0u);
+  EXPECT_EQ(ChecksumHost(bytes.data(), bytes.size()), h);
+  for (size_t i : {size_t{0}, size_t{1}, size_t{500}, size_t{1002}}) {
+    for (int bit : {0, 7}) {
+      std::vector<uint8_t> flipped = bytes;
+      flipped[i] ^= static_cast<uint8_t>(1u << bit);
+      EXPECT_NE(ChecksumHost(flipped.data(), flipped.size()), h) << "byte " << i << " bit " << bit;
+    }
+  }
+  // Two words swapped: the same multiset of words, another checksum.
+  std::vector<uint8_t> swapped = bytes;
+  std::swap_ranges(swapped.begin(), swapped.begin() + 4, swapped.begin() + 8);
+  EXPECT_NE(ChecksumHost(swapped.data(), swapped.size()), h);
+  // The last word zero-padded: 1003 bytes read as 1004 with a zero byte.
+  std::vector<uint8_t> padded = bytes;
+  padded.push_back(0);
+  EXPECT_EQ(ChecksumHost(padded.data(), padded.size()), h);
+  EXPECT_EQ(ChecksumHost(bytes.data(), 0), 0u);
+
+  std::unique_ptr<Backend> be = NewCpuBackend(1);
+  absl::StatusOr<void*> p = be->Alloc(bytes.size());
+  ASSERT_TRUE(p.ok());
+  be->CopyFromHost(*p, bytes.data(), bytes.size());
+  absl::StatusOr<uint64_t> got = be->Checksum(*p, bytes.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, h);
+  got = be->Backend::Checksum(*p, bytes.size());  // the default: a host copy, then the same
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, h);
+  be->Free(*p);
 }
 
 }  // namespace

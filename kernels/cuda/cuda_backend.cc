@@ -172,6 +172,22 @@ absl::Status CudaBackend::Synchronize() {
   return sticky_;
 }
 
+absl::StatusOr<uint64_t> CudaBackend::Checksum(const void* data, size_t bytes) {
+  if (!Ok()) return sticky_;
+  // The device reduction reads whole 32-bit words.
+  if (reinterpret_cast<uintptr_t>(data) % 4 != 0) return Backend::Checksum(data, bytes);
+  auto* sum = static_cast<unsigned long long*>(scratch_.Get(sizeof(unsigned long long)));
+  if (sum == nullptr) {
+    Check(scratch_.last_error(), "Checksum scratch");
+    return sticky_;
+  }
+  Check(cuda::Checksum(data, bytes, sum, stream_), "Checksum");
+  unsigned long long host = 0;
+  CopyToHost(&host, sum, sizeof(host));
+  if (absl::Status s = Synchronize(); !s.ok()) return s;
+  return static_cast<uint64_t>(host);
+}
+
 MemoryStats CudaBackend::GetMemoryStats() const {
   MemoryStats m;
   m.allocated_bytes = allocated_;

@@ -44,6 +44,7 @@ class CudaBackend final : public Backend {
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   absl::Status Synchronize() override;
+  absl::StatusOr<uint64_t> Checksum(const void* data, size_t bytes) override;
   MemoryStats GetMemoryStats() const override;
 
   void EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,

@@ -131,6 +131,26 @@ class CudaOpsTest : public ::testing::Test {
   std::mt19937 rng_;
 };
 
+// The replica checksum reduced on the device equals the host's, for sizes with and without a
+// partial last word, from an aligned and an unaligned (host-copy fallback) start.
+TEST_F(CudaOpsTest, ChecksumMatchesTheHost) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{6}, size_t{4096}, size_t{1000003},
+                       size_t{(64u << 20) + 2}}) {
+    std::vector<uint8_t> host(bytes + 1);
+    for (uint8_t& b : host) b = static_cast<uint8_t>(rng_());
+    absl::StatusOr<void*> d = gpu_->Alloc(bytes + 1);
+    ASSERT_TRUE(d.ok()) << d.status();
+    gpu_->CopyFromHost(*d, host.data(), host.size());
+    absl::StatusOr<uint64_t> got = gpu_->Checksum(*d, bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, ChecksumHost(host.data(), bytes)) << bytes << " bytes";
+    got = gpu_->Checksum(static_cast<uint8_t*>(*d) + 1, bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, ChecksumHost(host.data() + 1, bytes)) << bytes << " bytes, unaligned";
+    gpu_->Free(*d);
+  }
+}
+
 // Token runs (positions sharing a token, summed by one block) of about 13 rows, of hundreds
 // (longer than the block's window for finding a run's end), and widths over one block's 128
 // column groups.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/checksum.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
@@ -193,6 +194,40 @@ cudaError_t ColumnFinishPair(bf16* out_a, bf16* out_b, const float* partial, int
                              cudaStream_t s) {
   ColumnFinishKernel<<<CeilDiv(2 * C, 32), dim3(32, kFinishLanes), 0, s>>>(out_a, out_b, partial,
                                                                           chunks, C);
+  return cudaGetLastError();
+}
+
+namespace {
+
+__global__ void ChecksumKernel(const uint8_t* data, size_t bytes, unsigned long long* sum) {
+  const size_t words = (bytes + 3) / 4, full = bytes / 4;
+  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(data);
+  uint64_t acc = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += stride) {
+    uint32_t w = 0;
+    if (i < full) {
+      w = __ldg(w32 + i);
+    } else {  // the last, partial word, zero-padded
+      for (size_t k = 0; 4 * i + k < bytes; ++k) w |= static_cast<uint32_t>(data[4 * i + k]) << (8 * k);
+    }
+    acc += kernels::ChecksumTerm(w, i);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sum, static_cast<unsigned long long>(acc));
+}
+
+}  // namespace
+
+cudaError_t Checksum(const void* data, size_t bytes, unsigned long long* sum, cudaStream_t s) {
+  if (cudaError_t e = cudaMemsetAsync(sum, 0, sizeof(*sum), s); e != cudaSuccess) return e;
+  const size_t words = (bytes + 3) / 4;
+  if (words == 0) return cudaSuccess;
+  const int threads = 256;
+  const size_t blocks = std::min<size_t>((words + threads - 1) / threads, 4096);
+  ChecksumKernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+      static_cast<const uint8_t*>(data), bytes, sum);
   return cudaGetLastError();
 }
 

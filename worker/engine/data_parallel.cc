@@ -8,18 +8,6 @@
 #include "absl/strings/str_join.h"
 
 namespace boulder::engine {
-namespace {
-
-// FNV-1a over `bytes`, continuing from `h`.
-uint64_t Fnv1a(const std::vector<uint8_t>& bytes, uint64_t h) {
-  for (uint8_t b : bytes) {
-    h ^= b;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 DataParallel::DataParallel(std::unique_ptr<comm::Communicator> comm, kernels::Backend* backend,
                            Model* model)
@@ -164,18 +152,16 @@ absl::StatusOr<double> DataParallel::AverageLoss(double local) {
 }
 
 absl::StatusOr<uint64_t> DataParallel::LocalChecksum() {
-  const size_t n = model_->num_params();
-  std::vector<uint8_t> bytes(n * kernels::DTypeSize(backend_->compute_dtype()));
-  backend_->CopyToHost(bytes.data(), model_->params(), bytes.size());
-  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
-  uint64_t h = Fnv1a(bytes, 0xcbf29ce484222325ull);
-  if (model_->master_params() != nullptr) {
-    bytes.resize(model_->num_trainable_params() * kernels::DTypeSize(backend_->state_dtype()));
-    backend_->CopyToHost(bytes.data(), model_->master_params(), bytes.size());
-    if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
-    h = Fnv1a(bytes, h);
-  }
-  return h;
+  // Reduced where the bytes are (Backend::Checksum: on the GPU, 8 bytes come back). Hashing a
+  // host copy byte by byte took ~0.75 s for GPT-2's 744 MB of parameters and master weights.
+  absl::StatusOr<uint64_t> h = backend_->Checksum(
+      model_->params(), model_->num_params() * kernels::DTypeSize(backend_->compute_dtype()));
+  if (!h.ok() || model_->master_params() == nullptr) return h;
+  absl::StatusOr<uint64_t> master = backend_->Checksum(
+      model_->master_params(),
+      model_->num_trainable_params() * kernels::DTypeSize(backend_->state_dtype()));
+  if (!master.ok()) return master.status();
+  return *h ^ (*master + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2));
 }
 
 absl::StatusOr<uint64_t> DataParallel::CheckReplicas(int64_t step) {
