@@ -9,6 +9,7 @@ reports from the coordinator's SQLite store (it stops the coordinator first: the
 in exclusive locking mode). Measured per row:
 
   ms/step        median over the steps after --warmup of the slowest rank's step time
+  mean ms/step   their mean: it also counts the steps that compare the replicas' checksums
   tokens/s/GPU   micro-batch x seq_len x grad_accum / (ms/step)
   efficiency     tokens/s/GPU at N / tokens/s/GPU at N=1 (same workload and precision)
   comm exposed   median over those steps of the ranks' mean comm_exposed_seconds (the time
@@ -243,9 +244,13 @@ def measure(reports, args, workload, batch):
     steps = sorted(set.intersection(*(set(r) for r in reports.values())))
     timed = [s for s in steps if s > args.warmup] or steps
     step_s = statistics.median(max(reports[r][s]["step_time"] for r in reports) for s in timed)
+    # The mean counts the steps that also compare the replicas' checksums
+    # (resources.checksum_every_steps), which the median leaves out.
+    mean_s = statistics.mean(max(reports[r][s]["step_time"] for r in reports) for s in timed)
     comm = statistics.median(statistics.mean(reports[r][s]["comm_exposed"] for r in reports)
                              for s in timed)
-    out = dict(ms_per_step=step_s * 1e3, tokens_per_s_per_gpu=batch * w["seq"] / step_s,
+    out = dict(ms_per_step=step_s * 1e3, mean_ms_per_step=mean_s * 1e3,
+               tokens_per_s_per_gpu=batch * w["seq"] / step_s,
                comm_exposed_ms=comm * 1e3, timed_steps=len(timed),
                loss=[reports[0][s]["loss"] for s in steps],
                # steps rank 0 replayed from a CUDA graph (training.cuda_graph)
@@ -354,9 +359,9 @@ def fmt(x, spec):
 
 
 def table(rows):
-    lines = ["| workload | precision | N | ms/step | tokens/s/GPU | efficiency | target | "
-             "comm exposed ms | loss max diff (tol) | status |",
-             "|---|---|---:|---:|---:|---:|---|---:|---|---|"]
+    lines = ["| workload | precision | N | ms/step | mean ms/step | tokens/s/GPU | efficiency | "
+             "target | comm exposed ms | loss max diff (tol) | status |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---|---|"]
     for r in rows:
         target = r.get("target")
         t = "—" if target is None else (
@@ -371,6 +376,7 @@ def table(rows):
         status = "ok" if not r.get("error") else "error: " + r["error"].splitlines()[0][:100]
         lines.append(f"| {r['workload']} | {r['precision']} | {r['workers']} | "
                      f"{fmt(r.get('ms_per_step'), '.2f')} | "
+                     f"{fmt(r.get('mean_ms_per_step'), '.2f')} | "
                      f"{fmt(r.get('tokens_per_s_per_gpu'), ',.0f')} | "
                      f"{fmt(r.get('efficiency'), '.1%')} | {t} | "
                      f"{fmt(r.get('comm_exposed_ms'), '.2f')} | {d} | {status} |")
