@@ -89,7 +89,6 @@ std::vector<uint8_t> PackDecayBits(const std::vector<uint8_t>& mask);
 // word is, and the mix (SplitMix64's finalizer) on every bit of it.
 uint64_t ChecksumHost(const void* data, size_t bytes);
 
-
 // Epilogue of a Linear forward GEMM.
 enum class Epilogue {
   kNone,      // out = inp·Wᵀ (+ bias)

@@ -18,11 +18,7 @@
 #include <cfloat>
 #include <cmath>
 
-#ifdef __CUDACC__
-#define BOULDER_HD __host__ __device__
-#else
-#define BOULDER_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace boulder::kernels {
 

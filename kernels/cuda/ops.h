@@ -120,10 +120,10 @@ cudaError_t LayerNormBackward(bf16* dinp, bf16* dweight, bf16* dbias, const bf16
 // backward cast's bias gradient.
 cudaError_t ColumnFinish(bf16* out, const float* partial, int chunks, int C, cudaStream_t s);
 
-// dbias[c] += Σ_rows x[r, c], deterministic two-stage column sum (x is [N, C]).
 // *sum = kernels::ChecksumHost of `bytes` bytes at `data` (4-byte aligned), reduced on the
 // device (integer sums: any order gives the same value).
 cudaError_t Checksum(const void* data, size_t bytes, unsigned long long* sum, cudaStream_t s);
+// dbias[c] += Σ_rows x[r, c], deterministic two-stage column sum (x is [N, C]).
 cudaError_t ColumnSumAccumulate(bf16* dbias, const bf16* x, int N, int C, Scratch& scratch,
                                 cudaStream_t s);
 // x = bf16(x ⊙ gelu'(pre)) (GeluBackwardInPlace) and dbias += Σ_rows x (ColumnSumAccumulate)

@@ -180,33 +180,17 @@ class NcclCommunicator final : public Communicator {
     if (absl::Status s = Broken(); !s.ok()) return s;
     if (!pending_) return 0.0;
     const auto start = std::chrono::steady_clock::now();
-    if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
-      return Fail(operation_, kernels::cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
-    }
+    if (absl::Status s = RecordDone(); !s.ok()) return s;
     if (absl::Status s = Poll(operation_, done_); !s.ok()) return Fail(operation_, s);
-    // Later work on the backend's stream (the optimizer) reads the reduced gradients.
-    if (cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0); e != cudaSuccess) {
-      return Fail(operation_,
-                  kernels::cuda::CudaStatus(e, "cudaStreamWaitEvent", __FILE__, __LINE__));
-    }
-    pending_ = false;
-    events_used_ = 0;
+    if (absl::Status s = BackendWaitsForDone(); !s.ok()) return s;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   absl::Status JoinOnDevice() override {
     if (absl::Status s = Broken(); !s.ok()) return s;
     if (!pending_) return absl::OkStatus();
-    if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
-      return Fail(operation_, kernels::cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
-    }
-    if (cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0); e != cudaSuccess) {
-      return Fail(operation_,
-                  kernels::cuda::CudaStatus(e, "cudaStreamWaitEvent", __FILE__, __LINE__));
-    }
-    pending_ = false;
-    events_used_ = 0;
-    return absl::OkStatus();
+    if (absl::Status s = RecordDone(); !s.ok()) return s;
+    return BackendWaitsForDone();
   }
 
   absl::Status WaitForBackend(const std::string& what) override {
@@ -231,6 +215,26 @@ class NcclCommunicator final : public Communicator {
                                   std::min(options_.failure_grace, options_.timeout), what, cause);
     }
     return *explained_;
+  }
+
+  // done_ marks the end of everything issued on stream_ so far.
+  absl::Status RecordDone() {
+    if (cudaError_t e = cudaEventRecord(done_, stream_); e != cudaSuccess) {
+      return Fail(operation_, kernels::cuda::CudaStatus(e, "cudaEventRecord", __FILE__, __LINE__));
+    }
+    return absl::OkStatus();
+  }
+
+  // Later work on the backend's stream (the optimizer) reads the reduced gradients: it waits
+  // for done_, and the issued work counts as waited for.
+  absl::Status BackendWaitsForDone() {
+    if (cudaError_t e = cudaStreamWaitEvent(compute_, done_, 0); e != cudaSuccess) {
+      return Fail(operation_,
+                  kernels::cuda::CudaStatus(e, "cudaStreamWaitEvent", __FILE__, __LINE__));
+    }
+    pending_ = false;
+    events_used_ = 0;
+    return absl::OkStatus();
   }
 
   // Makes stream_ wait for what the backend's stream has enqueued so far.

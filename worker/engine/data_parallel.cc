@@ -153,7 +153,8 @@ absl::StatusOr<double> DataParallel::AverageLoss(double local) {
 
 absl::StatusOr<uint64_t> DataParallel::LocalChecksum() {
   // Reduced where the bytes are (Backend::Checksum: on the GPU, 8 bytes come back). Hashing a
-  // host copy byte by byte took ~0.75 s for GPT-2's 744 MB of parameters and master weights.
+  // host copy byte by byte took 2.5 s for GPT-2's 744 MB of parameters and master weights
+  // (bench/dp-gpu-2026-12-04.md).
   absl::StatusOr<uint64_t> h = backend_->Checksum(
       model_->params(), model_->num_params() * kernels::DTypeSize(backend_->compute_dtype()));
   if (!h.ok() || model_->master_params() == nullptr) return h;

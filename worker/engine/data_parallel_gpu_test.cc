@@ -59,6 +59,18 @@ v1::JobSpec Spec() {
   return s;
 }
 
+// precision fp8 with delayed scaling on the GPU (not emulated), the recipe's defaults.
+void SetFp8(v1::JobSpec* spec) {
+  spec->set_precision("fp8");
+  v1::Fp8Spec* f = spec->mutable_fp8();
+  f->set_format("hybrid");
+  f->set_amax_history_len(16);
+  f->set_amax_compute_algo("max");
+  f->set_margin(0);
+  f->set_emulate(false);
+  f->set_max_consecutive_skips(10);
+}
+
 TEST(DataParallelGpuTest, OneRankNcclMatchesTheRunWithoutACommunicator) {
   if (!kernels::NewCudaBackend(0).ok()) GTEST_SKIP() << "no usable CUDA device";
   comm::TestRendezvousServer server;
@@ -103,14 +115,7 @@ TEST(DataParallelGpuTest, OneRankNcclFp8MatchesTheRunWithoutACommunicator) {
   gpu->reset();
   comm::TestRendezvousServer server;
   v1::JobSpec spec = Spec();
-  spec.set_precision("fp8");
-  v1::Fp8Spec* f = spec.mutable_fp8();
-  f->set_format("hybrid");
-  f->set_amax_history_len(16);
-  f->set_amax_compute_algo("max");
-  f->set_margin(0);
-  f->set_emulate(false);
-  f->set_max_consecutive_skips(10);
+  SetFp8(&spec);
   std::vector<v1::StepReport> plain, nccl;
   TrainerOptions o;
   o.spec = spec;
@@ -158,16 +163,7 @@ TEST(DataParallelGpuTest, OneRankNcclStepReplaysFromAGraphBitIdentical) {
     spec.mutable_training()->set_grad_accum_steps(accum);
     spec.mutable_training()->set_steps(12);
     spec.mutable_training()->set_cuda_graph("on");
-    spec.set_precision(precision);
-    if (precision == "fp8") {
-      v1::Fp8Spec* f = spec.mutable_fp8();
-      f->set_format("hybrid");
-      f->set_amax_history_len(16);
-      f->set_amax_compute_algo("max");
-      f->set_margin(0);
-      f->set_emulate(false);
-      f->set_max_consecutive_skips(10);
-    }
+    if (precision == "fp8") SetFp8(&spec);
     std::vector<v1::StepReport> plain, nccl;
     std::vector<std::string> info;
     TrainerOptions o;

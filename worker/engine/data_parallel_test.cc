@@ -264,6 +264,21 @@ TEST(DataParallelTest, Fp8NonFiniteStepsAreSkippedOnEveryRankThenAllFail) {
   EXPECT_EQ(status[0].message().substr(0, 8), status[1].message().substr(0, 8));  // "step N: "
 }
 
+// A one-layer model of 16 wide over 8 tokens, for the tests that build a Model themselves.
+ModelOptions TinyModel() {
+  ModelOptions mo;
+  mo.config.vocab_size = 96;
+  mo.config.padded_vocab_size = PaddedVocabSize(96);
+  mo.config.hidden = 16;
+  mo.config.heads = 2;
+  mo.config.layers = 1;
+  mo.config.ffn = 32;
+  mo.config.context = 8;
+  mo.batch_size = 1;
+  mo.seq_len = 8;
+  return mo;
+}
+
 // The two FP8 agreements, rank by rank: the skip decision and the amax maximum.
 TEST(DataParallelTest, Fp8AgreementsAcrossRanks) {
   comm::TestRendezvousServer server;
@@ -272,16 +287,7 @@ TEST(DataParallelTest, Fp8AgreementsAcrossRanks) {
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
-      ModelOptions mo;
-      mo.config.vocab_size = 96;
-      mo.config.padded_vocab_size = PaddedVocabSize(96);
-      mo.config.hidden = 16;
-      mo.config.heads = 2;
-      mo.config.layers = 1;
-      mo.config.ffn = 32;
-      mo.config.context = 8;
-      mo.batch_size = 1;
-      mo.seq_len = 8;
+      ModelOptions mo = TinyModel();
       mo.fp8.enabled = true;
       mo.gradient_ranks = world;
       absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(cpu.get(), mo);
@@ -323,15 +329,7 @@ TEST(DataParallelTest, Fp8AgreementsAcrossRanks) {
 // world size would train on N times (or 1/N of) the mean gradient: refused before connecting.
 TEST(DataParallelTest, AModelNotScaledForTheWorldSizeIsRefused) {
   std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
-  ModelOptions mo;
-  mo.config.vocab_size = 96;
-  mo.config.padded_vocab_size = PaddedVocabSize(96);
-  mo.config.hidden = 16;
-  mo.config.heads = 2;
-  mo.config.layers = 1;
-  mo.config.ffn = 32;
-  mo.config.context = 8;
-  mo.seq_len = 8;
+  ModelOptions mo = TinyModel();
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(cpu.get(), mo);
   ASSERT_TRUE(model.ok()) << model.status();
   comm::CommOptions co;

@@ -97,13 +97,18 @@ absl::Status StepGraph::Capture(int64_t step) {
     }
     m.EnqueueFp8ScaleUpdate();  // FP8 only
   };
+  // The step's last micro-batch: with data parallelism its backward also issues the bucket
+  // all-reduces, joined on the device before anything reads the gradients.
+  auto last_micro_step = [&m, dp, &dp_status] {
+    m.EnqueueTrainingForward();
+    if (dp != nullptr) dp->ReduceDuringBackward();
+    m.EnqueueBackward();
+    if (dp != nullptr) dp_status.Update(dp->JoinGradientsOnDevice());
+  };
   if (options_.grad_accum_steps == 1) {
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = Record(
-        [&m, &optimizer, dp, &dp_status] {
-          m.EnqueueTrainingForward();
-          if (dp != nullptr) dp->ReduceDuringBackward();
-          m.EnqueueBackward();
-          if (dp != nullptr) dp_status.Update(dp->JoinGradientsOnDevice());
+        [&last_micro_step, &optimizer] {
+          last_micro_step();
           optimizer();
         },
         &step_tallies_);
@@ -126,15 +131,10 @@ absl::Status StepGraph::Capture(int64_t step) {
                         : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> micro =
         first.ok() ? Record(micro_step, &micro_tallies_) : first.status();
-    // Data parallelism: the last micro-batch's backward also issues the bucket all-reduces.
-    auto last_step = [&m, dp, &dp_status] {
-      m.EnqueueTrainingForward();
-      dp->ReduceDuringBackward();
-      m.EnqueueBackward();
-      dp_status.Update(dp->JoinGradientsOnDevice());
-    };
+    // Data parallelism: a graph of its own for the last micro-batch (the others only
+    // accumulate).
     GraphOr last = !micro.ok()     ? GraphOr(micro.status())
-                   : dp != nullptr ? Record(last_step, &last_micro_tallies_)
+                   : dp != nullptr ? Record(last_micro_step, &last_micro_tallies_)
                                    : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> opt =
         last.ok() ? Record(optimizer, &optimizer_tallies_) : last.status();
