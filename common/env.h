@@ -11,6 +11,12 @@ inline constexpr char kEnvCoordinator[] = "BOULDER_COORDINATOR";
 // device and the trainer prints the per-op table to stderr at the end (cuda backend only).
 inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
 
+// Which FP8 GEMM the cuda backend runs (CudaBackend::set_fp8_gemm): "auto" (the default: our
+// Hopper kernel on the shapes where it was measured faster, cuBLASLt elsewhere), "cublaslt"
+// (cuBLASLt everywhere) or "own" (our kernel on every shape it takes). For benchmarks, and a
+// way back to cuBLASLt should our kernel misbehave; any other value fails the backend's creation.
+inline constexpr char kEnvFp8Gemm[] = "BOULDER_FP8_GEMM";
+
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

@@ -1,12 +1,14 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/env.h"
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
@@ -48,6 +50,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
                      "; the CUDA backend needs 8.0 or higher (BF16 tensor cores)"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend());
+  if (const char* v = std::getenv(common::kEnvFp8Gemm); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice == "cublaslt") {
+      b->fp8_gemm_ = Fp8Gemm::kCublasLt;
+    } else if (choice == "own") {
+      b->fp8_gemm_ = Fp8Gemm::kSm90;
+    } else if (choice != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(common::kEnvFp8Gemm, "=", choice,
+                                                     ": expected auto, cublaslt or own"));
+    }
+  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/ops.h"
 
@@ -132,6 +133,15 @@ class CudaBackend final : public Backend {
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
                  int M, int N, int K, bool accumulate, bool fast_accum) override;
+  // Which FP8 GEMM MatmulFp8 runs: cuBLASLt's, our own Hopper kernel (fp8_gemm_sm90.h) wherever
+  // it takes the shape, or kAuto: our own where Fp8GemmSm90Preferred says it is faster (the
+  // default). Shapes our kernel does not take, and GPUs it does not run on, go to cuBLASLt.
+  // The tile is for benchmarks and tests (kAuto: the kernel's own choice).
+  enum class Fp8Gemm { kCublasLt, kSm90, kAuto };
+  void set_fp8_gemm(Fp8Gemm g, Fp8GemmTile tile = Fp8GemmTile::kAuto) {
+    fp8_gemm_ = g;
+    fp8_gemm_tile_ = tile;
+  }
   void GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows, int cols,
                    Fp8Format format, const float* scale, float* amax, uint64_t* counts) override;
   // One kernel where GeluCastFp8AndGradFusable (fp8_gelu_ops.h) and set_fused_gelu_grad (on
@@ -222,6 +232,8 @@ class CudaBackend final : public Backend {
   bool dgelu_epilogue_ = true;  // see set_dgelu_epilogue
   bool fused_gelu_grad_ = true;  // see set_fused_gelu_grad
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
+  Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
+  Fp8GemmTile fp8_gemm_tile_ = Fp8GemmTile::kAuto;
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;
   int64_t allocated_ = 0, peak_ = 0;

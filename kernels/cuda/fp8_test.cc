@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/fp8_ops.h"
 
 namespace boulder::kernels::cuda {
@@ -328,7 +329,7 @@ class CudaFp8GemmTest : public CudaFp8Test {
     for (auto& x : init) x = RoundBF16(d(rng_));
 
     std::vector<float> want = accumulate ? init : std::vector<float>(size_t(M) * N, 0.f);
-    cpu::MatmulFp8<float>(1, want.data(), a.data(), fa, sa, b.data(), fb, sb,
+    cpu::MatmulFp8<float>(8, want.data(), a.data(), fa, sa, b.data(), fb, sb,
                           with_bias ? bias.data() : nullptr, M, N, K, accumulate);
     void* out = UploadBF16(accumulate ? init : std::vector<float>(size_t(M) * N, NAN));
     gpu_->MatmulFp8(out, Upload(a), fa, Upload(std::vector<float>{sa}), Upload(b), fb,
@@ -367,7 +368,9 @@ class CudaFp8GemmTest : public CudaFp8Test {
       EXPECT_EQ(bad, 0) << "elements outside TE's tolerance; first " << first;
     }
     EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error";
+    last_ = std::move(got);
   }
+  std::vector<float> last_;  // the last Case's output
 };
 
 TEST_F(CudaFp8GemmTest, ForwardShapes) {
@@ -380,6 +383,31 @@ TEST_F(CudaFp8GemmTest, DgradAndWgradWithE5M2Gradients) {
   Case(256, 768, 3072, Fp8Format::kE5M2, Fp8Format::kE4M3, false, false, false);
   Case(768, 3072, 512, Fp8Format::kE5M2, Fp8Format::kE4M3, false, true, false);
   Case(48, 32, 64, Fp8Format::kE4M3, Fp8Format::kE5M2, false, true, false);
+}
+
+// Our Hopper kernel (fp8_gemm_sm90.h) with each tile, forced on every shape it takes: fewer
+// tiles than CTAs, more (each CTA walks several, and K = 384 makes the stage ring wrap inside
+// and across tiles), all three operand-format pairs, bias, accumulate, fast and split
+// accumulation; two runs give the same bits.
+TEST_F(CudaFp8GemmTest, OwnSm90KernelMatchesEmulation) {
+  if (!Fp8GemmSm90Available()) GTEST_SKIP() << "our FP8 GEMM needs compute capability 9.0";
+  const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
+  for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128}) {
+    SCOPED_TRACE(tile == Fp8GemmTile::kN128 ? "tile 128" : "auto tile (256 where fast)");
+    gpu_->set_fp8_gemm(CudaBackend::Fp8Gemm::kSm90, tile);
+    Case(256, 2304, 768, e4, e4, true, false, true);
+    Case(128, 128, 128, e4, e4, false, false, false);
+    Case(256, 768, 3072, e5, e4, false, false, false);
+    Case(768, 3072, 512, e5, e4, false, true, false);
+    Case(384, 256, 128, e4, e5, false, true, true);
+    const auto rng = rng_;  // the same inputs twice
+    Case(2048, 2304, 384, e4, e4, true, false, true);
+    const std::vector<float> first = last_;
+    rng_ = rng;
+    Case(2048, 2304, 384, e4, e4, true, false, true);
+    EXPECT_TRUE(first == last_) << "two runs differ";
+    Case(2048, 1280, 384, e5, e4, false, true, false);
+  }
 }
 
 TEST_F(CudaFp8GemmTest, RejectsBadShapesAndTwoE5M2Operands) {

@@ -1,0 +1,239 @@
+// fp8_gemm_bench: our Hopper FP8 GEMM (fp8_gemm_sm90.h) against cuBLASLt's (LtMatmul, autotuned
+// as CudaBackend runs it) on every FP8 GEMM of one training step of the benchmark workloads:
+// per Linear (qkv, attention projection, fc1, fc2) the forward (E4M3 · E4M3, bias, fast
+// accumulation), the data gradient (E5M2 · E4M3) and the weight gradient (E5M2 · E4M3,
+// accumulating), with the operand layouts of worker/engine/model_fp8.cc.
+//
+// Per shape: ms per call (median of --reps after warm-up, CUDA events) and TFLOP/s of cuBLASLt
+// and of our kernel with each tile, and how far our output is from cuBLASLt's (relative L2 and
+// the largest difference over the largest magnitude); per workload the FP8 GEMM time of one
+// step with cuBLASLt, with our kernel everywhere, with the best of the two per shape, and with
+// Fp8GemmSm90Preferred's choice.
+//
+//   fp8_gemm_bench [--workloads seed,gpt2,h2048] [--reps 30]
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/fp8_gemm_sm90.h"
+#include "kernels/cuda/matmul.h"
+
+namespace {
+
+using boulder::kernels::cuda::Fp8GemmSm90;
+using boulder::kernels::cuda::Fp8GemmSm90Available;
+using boulder::kernels::cuda::Fp8GemmSm90Preferred;
+using boulder::kernels::cuda::Fp8GemmTile;
+using boulder::kernels::cuda::GemmShape;
+using boulder::kernels::cuda::LtMatmul;
+
+#define CK(call)                                                                                 \
+  do {                                                                                           \
+    cudaError_t e = (call);                                                                      \
+    if (e != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+struct Call {
+  std::string name;
+  int M, N, K;
+  bool a_e4m3, b_e4m3, bias, accumulate, fast;
+  int count;  // per step
+};
+
+struct Workload {
+  std::string name;
+  int tokens, C, F, layers;
+};
+
+std::vector<Call> StepCalls(const Workload& w) {
+  std::vector<Call> calls;
+  auto linear = [&](const std::string& n, int C, int OC) {
+    calls.push_back({n + " fwd", w.tokens, OC, C, true, true, true, false, true, w.layers});
+    calls.push_back({n + " dgrad", w.tokens, C, OC, false, true, false, false, false, w.layers});
+    calls.push_back({n + " wgrad", OC, C, w.tokens, false, true, false, true, false, w.layers});
+  };
+  linear("qkv", w.C, 3 * w.C);
+  linear("proj", w.C, w.C);
+  linear("fc1", w.C, w.F);
+  linear("fc2", w.F, w.C);
+  return calls;
+}
+
+template <typename F>
+float MedianMs(F&& run, int reps, cudaStream_t s) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) run();
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, s));
+    run();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<float> Download(const __nv_bfloat16* p, size_t n) {
+  std::vector<__nv_bfloat16> h(n);
+  CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string wanted = "seed,gpt2,h2048";
+  int reps = 30;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
+      wanted = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: fp8_gemm_bench [--workloads seed,gpt2,h2048] [--reps N]\n");
+      return 2;
+    }
+  }
+  if (!Fp8GemmSm90Available()) {
+    std::fprintf(stderr, "fp8_gemm_bench: our FP8 GEMM needs compute capability 9.0 (sm_90a)\n");
+    return 1;
+  }
+  const std::vector<Workload> all = {{"seed", 32 * 256, 768, 3072, 12},
+                                     {"gpt2", 16 * 1024, 768, 3072, 12},
+                                     {"h2048", 8 * 1024, 2048, 8192, 8}};
+  auto lt = LtMatmul::Create();
+  if (!lt.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(lt.status().message()).c_str());
+    return 1;
+  }
+  cudaStream_t stream;
+  CK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("fp8_gemm_bench on %s (%d SMs), median of %d calls, ms per call\n", prop.name,
+              prop.multiProcessorCount, reps);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+
+  for (const Workload& w : all) {
+    if (wanted.find(w.name) == std::string::npos) continue;
+    std::printf("\n%s (tokens %d, C %d, F %d, %d layers)\n", w.name.c_str(), w.tokens, w.C, w.F,
+                w.layers);
+    std::printf("%-12s %6s %6s %6s | %8s %6s | %8s %6s | %8s %6s | %9s %9s\n", "gemm", "M", "N",
+                "K", "cublasLt", "TF/s", "own auto", "TF/s", "own 128", "TF/s", "rel L2", "max/|max|");
+    double step_lt = 0, step_own = 0, step_best = 0, step_pref = 0;
+    for (const Call& c : StepCalls(w)) {
+      const size_t na = size_t(c.M) * c.K, nb = size_t(c.N) * c.K, nd_ = size_t(c.M) * c.N;
+      std::vector<uint8_t> ha(na), hb(nb);
+      // Codes of N(0, 1) values times a spread (E5M2 gradients smaller), as the casts make.
+      for (auto& x : ha) {
+        x = c.a_e4m3 ? __nv_fp8_e4m3(nd(rng) * 8.f).__x : __nv_fp8_e5m2(nd(rng) * 1e-3f).__x;
+      }
+      for (auto& x : hb) x = __nv_fp8_e4m3(nd(rng) * 8.f).__x;
+      std::vector<__nv_bfloat16> hbias(c.N), hinit(nd_);
+      for (auto& x : hbias) x = __float2bfloat16(nd(rng));
+      for (auto& x : hinit) x = __float2bfloat16(nd(rng));
+      uint8_t *a, *b;
+      __nv_bfloat16 *bias, *d_lt, *d_own, *init;
+      float* scales;
+      CK(cudaMalloc(&a, na));
+      CK(cudaMalloc(&b, nb));
+      CK(cudaMalloc(&bias, c.N * 2));
+      CK(cudaMalloc(&d_lt, nd_ * 2));
+      CK(cudaMalloc(&d_own, nd_ * 2));
+      CK(cudaMalloc(&init, nd_ * 2));
+      CK(cudaMalloc(&scales, 512));  // a's at 0, b's at 256 bytes (cuBLASLt wants them aligned)
+      const float hs[2] = {c.a_e4m3 ? 0.05f : 40.f, 0.02f};
+      CK(cudaMemcpy(a, ha.data(), na, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(b, hb.data(), nb, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(bias, hbias.data(), c.N * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(init, hinit.data(), nd_ * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(scales, hs, 4, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(scales + 64, hs + 1, 4, cudaMemcpyHostToDevice));
+      // cuBLASLt as CudaBackend::MatmulFp8 calls it (column-major outᵀ = bᵀ(T) · a).
+      GemmShape s;
+      s.trans_a = true;
+      s.m = c.N;
+      s.n = c.M;
+      s.k = c.K;
+      s.lda = s.ldb = c.K;
+      s.ldd = c.N;
+      s.a_type = CUDA_R_8F_E4M3;
+      s.b_type = c.a_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+      s.epilogue = c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      s.accumulate = c.accumulate;
+      s.fast_accum = c.fast;
+      auto run_lt = [&] {
+        absl::Status st = (*lt)->Run(s, b, a, d_lt, c.bias ? bias : nullptr, nullptr, stream,
+                                     scales + 64, scales);
+        if (!st.ok()) {
+          std::fprintf(stderr, "cuBLASLt: %s\n", std::string(st.message()).c_str());
+          std::exit(1);
+        }
+      };
+      auto run_own = [&](Fp8GemmTile tile) {
+        CK(Fp8GemmSm90(d_own, a, c.a_e4m3, scales, b, c.b_e4m3, scales + 64, c.bias ? bias : nullptr,
+                       c.M, c.N, c.K, c.accumulate, c.fast, stream, tile));
+      };
+      // Correctness first, from the same initial output (accumulating calls add to it).
+      CK(cudaMemcpyAsync(d_lt, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
+      CK(cudaMemcpyAsync(d_own, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
+      run_lt();
+      run_own(Fp8GemmTile::kAuto);
+      CK(cudaStreamSynchronize(stream));
+      const std::vector<float> want = Download(d_lt, nd_), got = Download(d_own, nd_);
+      double num = 0, den = 0, maxdiff = 0, maxref = 0;
+      for (size_t i = 0; i < nd_; ++i) {
+        const double e = double(got[i]) - want[i];
+        num += e * e;
+        den += double(want[i]) * want[i];
+        maxdiff = std::max(maxdiff, std::fabs(e));
+        maxref = std::max(maxref, std::fabs(double(want[i])));
+      }
+      const float t_lt = MedianMs(run_lt, reps, stream);
+      const float t_auto = MedianMs([&] { run_own(Fp8GemmTile::kAuto); }, reps, stream);
+      const float t128 = MedianMs([&] { run_own(Fp8GemmTile::kN128); }, reps, stream);
+      const double flop = 2.0 * c.M * c.N * c.K;
+      auto tf = [&](float ms) { return flop / (ms * 1e-3) / 1e12; };
+      std::printf("%-12s %6d %6d %6d | %8.4f %6.0f | %8.4f %6.0f | %8.4f %6.0f | %9.2e %9.2e\n",
+                  c.name.c_str(), c.M, c.N, c.K, t_lt, tf(t_lt), t_auto, tf(t_auto), t128, tf(t128),
+                  std::sqrt(num / den), maxdiff / maxref);
+      const float t_own = t_auto;
+      step_lt += c.count * t_lt;
+      step_own += c.count * t_own;
+      step_best += c.count * std::min({t_lt, t_auto, t128});
+      step_pref += c.count * (Fp8GemmSm90Preferred(c.M, c.N, c.K, c.fast) ? t_own : t_lt);
+      for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias),
+                      static_cast<void*>(d_lt), static_cast<void*>(d_own),
+                      static_cast<void*>(init), static_cast<void*>(scales)}) {
+        CK(cudaFree(p));
+      }
+    }
+    std::printf("%s FP8 GEMMs per step: cuBLASLt %.3f ms, own (kAuto tile) %.3f, best per shape "
+                "%.3f, Fp8GemmSm90Preferred %.3f\n",
+                w.name.c_str(), step_lt, step_own, step_best, step_pref);
+  }
+  return 0;
+}

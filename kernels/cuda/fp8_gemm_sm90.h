@@ -1,0 +1,53 @@
+// An FP8 GEMM of our own for Hopper (sm_90a): row-major out[M,N] (BF16) = a_scale_inv ·
+// b_scale_inv · a[M,K] · b[N,K]ᵀ (+ bias[N]) (+ out, accumulating), with E4M3 or E5M2
+// operands (at most one E5M2), both K-contiguous: the layout of CudaBackend::MatmulFp8.
+//
+// Why: cuBLASLt's FP8 kernels run GPT-2's k = 768 shapes at 1.07–1.11 PFLOP/s against 1.5 on
+// its best shape; its epilogue writes overlap the products only in part
+// (bench/gpu-2026-12-04.md, "Where cuBLASLt's FP8 GEMMs lose time").
+//
+// How (fp8_gemm_sm90.cu): persistent CTAs (as many as fit on the device) walk the 128 × BN
+// output tiles; in each CTA one thread streams 128 × 128-byte tiles of a and BN × 128 of b
+// into a ring of shared-memory stages with TMA (cp.async.bulk.tensor, 128-byte swizzle, mbarrier
+// completion), running into the next tile's stages while the two consumer warpgroups (64 rows
+// each) finish the current one. The consumers issue wgmma m64nBNk32 from shared memory and
+// write their accumulators straight to global memory. With two CTAs per multiprocessor one
+// CTA's epilogue runs under the other's products. fast_accum false (data and weight
+// gradients, as Transformer Engine's split accumulator) adds each 128-deep block's products
+// into FP32 registers of their own, so the tensor cores' reduced-precision accumulation spans
+// at most 128 products.
+//
+// The order of every sum is fixed by the shapes: results are bit-identical from run to run.
+#ifndef BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
+#define BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace boulder::kernels::cuda {
+
+// Output tiles of 128 rows × 256 or 128 columns; kAuto: 256 where the call has fast
+// accumulation and N is a multiple of 256 (split accumulation needs twice the registers), else 128.
+enum class Fp8GemmTile { kAuto, kN256, kN128 };
+
+// Compute capability 9.0 and a build carrying sm_90a code, and the driver's tensor-map encoder.
+bool Fp8GemmSm90Available();
+// Shapes and pointers the kernel takes: M, N, K multiples of 128; a, b 16-byte aligned; out and
+// bias 4-byte aligned; at most one E5M2 operand.
+bool Fp8GemmSm90Supports(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
+                         const void* b, const void* out, const void* bias);
+// Whether the kernel beats cuBLASLt on this shape on the H200 (measured with fp8_gemm_bench;
+// the list and its numbers are in fp8_gemm_sm90.cu). fast_accum: the forward's GEMMs.
+bool Fp8GemmSm90Preferred(int M, int N, int K, bool fast_accum);
+// Launches the kernel on s; cudaErrorInvalidValue where !Fp8GemmSm90Supports or
+// !Fp8GemmSm90Available. bias: length N or null (not with accumulate).
+cudaError_t Fp8GemmSm90(__nv_bfloat16* out, const uint8_t* a, bool a_e4m3, const float* a_scale_inv,
+                        const uint8_t* b, bool b_e4m3, const float* b_scale_inv,
+                        const __nv_bfloat16* bias, int M, int N, int K, bool accumulate,
+                        bool fast_accum, cudaStream_t s, Fp8GemmTile tile = Fp8GemmTile::kAuto);
+
+}  // namespace boulder::kernels::cuda
+
+#endif  // BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
