@@ -27,24 +27,18 @@ constexpr int kBM = 128, kBK = 128;
 // Two consumer warpgroups (warps 0-7, 64 output rows each) and one producer warp (warp 8).
 constexpr int kConsumers = 256, kThreads = kConsumers + 32;
 
-// kCluster 2: CTA pairs (a cluster) take output tiles of the same columns and adjacent row
-// blocks; each CTA loads its own a tile and half of the shared b tile, multicast into both
-// CTAs' shared memory (a third less traffic from L2 per CTA at BN 256). kHalfStaging: the
-// epilogue stages half a warpgroup's columns at a time, leaving room for one more stage.
-template <int BN, bool kFast, int kCluster, bool kHalfStaging>
+template <int BN, bool kFast>
 struct GemmCfg {
   static_assert(BN == 128 || (BN == 256 && kFast), "tiles: 128 (both), 256 (fast accumulation)");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
   // BN / 2 FP32 accumulators per consumer thread (64 rows × BN per warpgroup), twice that for
   // split accumulation: at most 128, which fits 288 threads of up to 224 registers, so one
-  // CTA per multiprocessor with as many stages as 224 KB of shared memory holds.
+  // CTA per multiprocessor with as many stages as 192 KB of shared memory holds.
   static constexpr int kABytes = kBM * kBK, kBBytes = BN * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // The output tile's staging for the TMA store: BN-column rows of BF16 as 64-column boxes of
-  // 64 rows × 128 bytes (128-byte swizzle); per warpgroup all BN columns, or half of them.
-  static constexpr int kWgStagingBytes = 64 * BN * 2 / (kHalfStaging ? 2 : 1);
-  static constexpr int kOutBytes = 2 * kWgStagingBytes;
-  static constexpr int kStages = (224 * 1024 - kOutBytes) / kStageBytes;
+  // The output tile's staging for the TMA store: 128 rows × BN BF16, as 64-column boxes of
+  // 64 rows × 128 bytes (128-byte swizzle), each warpgroup's 64 rows box after box.
+  static constexpr int kOutBytes = kBM * BN * 2;
+  static constexpr int kStages = (208 * 1024 - kOutBytes) / kStageBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
 };
 
@@ -80,33 +74,6 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int x, int y, u
           reinterpret_cast<uint64_t>(map)),
       "r"(x), "r"(y), "r"(src)
       : "memory");
-}
-// The same TMA load multicast into the shared memory (same offsets) of the cluster's CTAs in
-// mask; each CTA's barrier at bar's offset counts the bytes landing in it.
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int x, int y,
-                                                 uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
-      : "memory");
-}
-// Arrives on the barrier at local offset bar in the cluster's CTA `rank`.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-}
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
 }
 __device__ __forceinline__ void NamedBarrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -175,7 +142,7 @@ __device__ __forceinline__ void WgmmaFp8(float (&d)[64], uint64_t desc_a, uint64
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <int BN, bool kFast, bool kAE4, bool kBE4, int kCluster, bool kHalfStaging>
+template <int BN, bool kFast, bool kAE4, bool kBE4>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmSm90Kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b,
@@ -183,197 +150,154 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const bf16* __restrict__ bias, const float* __restrict__ a_scale_inv,
                       const float* __restrict__ b_scale_inv, int M, int N, int K, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = GemmCfg<BN, kFast, kCluster, kHalfStaging>;
+  using Cfg = GemmCfg<BN, kFast>;
   constexpr int S = Cfg::kStages;
   constexpr int kAcc = BN / 2;  // accumulators per consumer thread
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t base = (raw + 1023u) & ~1023u;  // the same offset in every CTA of a cluster
+  const uint32_t base = (raw + 1023u) & ~1023u;
   const uint32_t a_base = base, b_base = base + S * Cfg::kABytes;
   const uint32_t out_base = base + S * Cfg::kStageBytes;
   const uint32_t full0 = out_base + Cfg::kOutBytes, empty0 = full0 + S * 8;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const uint32_t rank = kCluster > 1 ? ClusterRank() : 0;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       MbarInit(full0 + 8 * s, 1);
-      // Every consumer warp of every CTA of the cluster frees a stage: the producers write
-      // into each other's.
-      MbarInit(empty0 + 8 * s, kCluster * kConsumers / 32);
+      MbarInit(empty0 + 8 * s, kConsumers / 32);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kCluster > 1) {
-    __syncwarp();
-    ClusterSync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
-  // Tiles in units of a cluster: kCluster adjacent row blocks of the same columns, CTA `rank`
-  // taking row block kCluster·(unit / tiles_n) + rank.
-  const int tiles_n = N / BN, units = (M / kBM / kCluster) * tiles_n, kblocks = K / kBK;
-  const int unit0 = blockIdx.x / kCluster, stride = gridDim.x / kCluster;
-  const int my_units = unit0 < units ? (units - 1 - unit0) / stride + 1 : 0;
+  const int tiles_n = N / BN, tiles = (M / kBM) * tiles_n, kblocks = K / kBK;
+  const int my_tiles =
+      static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
 
   if (tid >= kConsumers) {
     // The producer warp: lane 0 loads every iteration's stage once the consumers free it.
-    if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a))
-                   : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b))
-                   : "memory");
-      const int total = my_units * kblocks;
-      for (int it = 0; it < total; ++it) {
-        const int s = it % S;
-        MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
-        const int u = unit0 + (it / kblocks) * stride, kb = it % kblocks;
-        const int tm = (u / tiles_n) * kCluster + rank, tn = u % tiles_n;
-        const uint32_t full = full0 + 8 * s;
-        MbarExpectTx(full, Cfg::kStageBytes);
-        TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, tm * kBM, full);
-        if constexpr (kCluster > 1) {
-          constexpr int kPart = BN / kCluster;  // b rows this CTA loads for the cluster
-          TmaLoadMulticast(b_base + s * Cfg::kBBytes + rank * kPart * kBK, &map_b, kb * kBK,
-                           tn * BN + rank * kPart, full, (1u << kCluster) - 1);
-        } else {
-          TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, tn * BN, full);
-        }
-      }
+    if (lane != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    const int total = my_tiles * kblocks;
+    for (int it = 0; it < total; ++it) {
+      const int s = it % S;
+      MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
+      const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
+      const uint32_t full = full0 + 8 * s;
+      MbarExpectTx(full, Cfg::kStageBytes);
+      TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, (t / tiles_n) * kBM, full);
+      TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, (t % tiles_n) * BN, full);
     }
-  } else {
-    // Consumers. A warp is done with stage s once its products on it have retired; it tells
-    // every CTA of the cluster.
-    const int wg = warp / 4;
-    auto release = [&](int s) {
-      if (lane == 0) {
-        if constexpr (kCluster > 1) {
-#pragma unroll
-          for (int r = 0; r < kCluster; ++r) MbarArriveCluster(empty0 + 8 * s, r);
-        } else {
-          MbarArrive(empty0 + 8 * s);
-        }
-      }
-    };
-    const float alpha = *a_scale_inv * *b_scale_inv;
-    float acc[kAcc];
-    float part[kFast ? 1 : kAcc];
-    int it = 0;
-    for (int i = 0; i < my_units; ++i) {
-      const int u = unit0 + i * stride;
-      const int tm = (u / tiles_n) * kCluster + rank, tn = u % tiles_n;
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {
-        const int s = it % S;
-        MbarWait(full0 + 8 * s, (it / S) & 1);
-        const uint32_t a_tile = a_base + s * Cfg::kABytes + wg * 64 * 128;
-        const uint32_t b_tile = b_base + s * Cfg::kBBytes;
-        wgmma::Fence();
-        if constexpr (kFast) {
-#pragma unroll
-          for (int kk = 0; kk < kBK / 32; ++kk) {
-            WgmmaFp8<kAE4, kBE4>(acc, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
-                                 wgmma::Desc(b_tile + 32 * kk, 16, 1024),
-                                 (kb > 0 || kk > 0) ? 1 : 0);
-          }
-          wgmma::Commit();
-          if (kb > 0) {
-            wgmma::Wait<1>();
-            release((it - 1) % S);
-          }
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < kBK / 32; ++kk) {
-            WgmmaFp8<kAE4, kBE4>(part, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
-                                 wgmma::Desc(b_tile + 32 * kk, 16, 1024), kk > 0 ? 1 : 0);
-          }
-          wgmma::Commit();
-          wgmma::Wait<0>();
-          wgmma::FenceOperand(part);
-          release(s);
-#pragma unroll
-          for (int r = 0; r < kAcc; ++r) acc[r] = kb == 0 ? part[r] : acc[r] + part[r];
-        }
-      }
-      if constexpr (kFast) {
-        wgmma::Wait<0>();
-        wgmma::FenceOperand(acc);
-        release((it - 1) % S);
-      }
+    return;
+  }
 
-      // Epilogue (the producer is already loading the next tile): warp w of the warpgroup
-      // holds rows 16w + g and 16w + g + 8 of its 64, and in 8-column block j columns 8j + 2q
-      // and 8j + 2q + 1 (wgmma.cuh).
-      const int g = lane / 4, q = lane % 4;
-      if (!accumulate) {
-        // Through shared memory: the warpgroup's 64 rows (all BN columns, or half of them at a
-        // time), then TMA stores issued by its first thread, which run while the warpgroup
-        // goes on. Before writing, that thread waits until the previous stores have read the
-        // staging.
-        constexpr int kPhases = kHalfStaging ? 2 : 1, kBlocks = BN / 8 / kPhases;
-        const uint32_t stage = out_base + wg * Cfg::kWgStagingBytes;
-        const bool issuer = tid % 128 == 0;
+  // Consumers. A warp is done with stage s once its products on it have retired.
+  const int wg = warp / 4;
+  auto release = [&](int s) {
+    if (lane == 0) MbarArrive(empty0 + 8 * s);
+  };
+  const float alpha = *a_scale_inv * *b_scale_inv;
+  float acc[kAcc];
+  float part[kFast ? 1 : kAcc];
+  int it = 0;
+  for (int i = 0; i < my_tiles; ++i) {
+    const int t = blockIdx.x + i * gridDim.x, tm = t / tiles_n, tn = t % tiles_n;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % S;
+      MbarWait(full0 + 8 * s, (it / S) & 1);
+      const uint32_t a_tile = a_base + s * Cfg::kABytes + wg * 64 * 128;
+      const uint32_t b_tile = b_base + s * Cfg::kBBytes;
+      wgmma::Fence();
+      if constexpr (kFast) {
 #pragma unroll
-        for (int ph = 0; ph < kPhases; ++ph) {
-          if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-          NamedBarrier(1 + wg, 128);
-#pragma unroll
-          for (int jj = 0; jj < kBlocks; ++jj) {
-            const int j = ph * kBlocks + jj;
-            const int col = tn * BN + 8 * j + 2 * q;
-            float2 b2 = make_float2(0.f, 0.f);
-            if (bias != nullptr) {
-              b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-            }
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int r = (warp % 4) * 16 + g + 8 * h;  // r % 8 == g
-              const __nv_bfloat162 v = __float22bfloat162_rn(make_float2(
-                  acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
-              const uint32_t addr =
-                  stage + (jj / 8) * 8192 + r * 128 + (((jj % 8) ^ g) << 4) + 4 * q;
-              asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr),
-                           "r"(*reinterpret_cast<const uint32_t*>(&v))
-                           : "memory");
-            }
-          }
-          wgmma::FenceProxyAsync();
-          NamedBarrier(1 + wg, 128);
-          if (issuer) {
-#pragma unroll
-            for (int box = 0; box < kBlocks / 8; ++box) {
-              TmaStore(&map_out, tn * BN + (ph * kBlocks / 8 + box) * 64, tm * kBM + wg * 64,
-                       stage + box * 8192);
-            }
-            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-          }
+        for (int kk = 0; kk < kBK / 32; ++kk) {
+          WgmmaFp8<kAE4, kBE4>(acc, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
+                               wgmma::Desc(b_tile + 32 * kk, 16, 1024), (kb > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma::Commit();
+        if (kb > 0) {
+          wgmma::Wait<1>();
+          release((it - 1) % S);
         }
       } else {
-        // Accumulating (out += ...): each thread reads and writes its own pairs.
-        const int row0 = tm * kBM + wg * 64 + (warp % 4) * 16 + g;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const int col = tn * BN + 8 * j + 2 * q;
+        for (int kk = 0; kk < kBK / 32; ++kk) {
+          WgmmaFp8<kAE4, kBE4>(part, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
+                               wgmma::Desc(b_tile + 32 * kk, 16, 1024), kk > 0 ? 1 : 0);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceOperand(part);
+        release(s);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            __nv_bfloat162* p =
-                reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
-            const float2 o = __bfloat1622float2(*p);
-            *p = __float22bfloat162_rn(make_float2(acc[4 * j + 2 * h] * alpha + o.x,
-                                                   acc[4 * j + 2 * h + 1] * alpha + o.y));
-          }
+        for (int r = 0; r < kAcc; ++r) acc[r] = kb == 0 ? part[r] : acc[r] + part[r];
+      }
+    }
+    if constexpr (kFast) {
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(acc);
+      release((it - 1) % S);
+    }
+
+    // Epilogue (the producer is already loading the next tile): warp w of the warpgroup holds
+    // rows 16w + g and 16w + g + 8 of its 64, and in 8-column block j columns 8j + 2q and
+    // 8j + 2q + 1 (wgmma.cuh).
+    const int g = lane / 4, q = lane % 4;
+    if (!accumulate) {
+      // Through shared memory: the warpgroup's 64 rows, then BN / 64 TMA stores issued by its
+      // first thread, which run while the warpgroup goes on to its next tile. Before writing,
+      // that thread waits until its previous tile's stores have read the staging.
+      const uint32_t stage = out_base + wg * (Cfg::kOutBytes / 2);
+      const bool issuer = tid % 128 == 0;
+      if (issuer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+      NamedBarrier(1 + wg, 128);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * q;
+        float2 b2 = make_float2(0.f, 0.f);
+        if (bias != nullptr) {
+          b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = (warp % 4) * 16 + g + 8 * h;  // r % 8 == g
+          const __nv_bfloat162 v = __float22bfloat162_rn(make_float2(
+              acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
+          const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr),
+                       "r"(*reinterpret_cast<const uint32_t*>(&v))
+                       : "memory");
+        }
+      }
+      wgmma::FenceProxyAsync();
+      NamedBarrier(1 + wg, 128);
+      if (issuer) {
+#pragma unroll
+        for (int box = 0; box < BN / 64; ++box) {
+          TmaStore(&map_out, tn * BN + box * 64, tm * kBM + wg * 64, stage + box * 8192);
+        }
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+      }
+    } else {
+      // Accumulating (out += ...): each thread reads and writes its own pairs.
+      const int row0 = tm * kBM + wg * 64 + (warp % 4) * 16 + g;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * q;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          __nv_bfloat162* p =
+              reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
+          const float2 o = __bfloat1622float2(*p);
+          *p = __float22bfloat162_rn(make_float2(acc[4 * j + 2 * h] * alpha + o.x,
+                                                 acc[4 * j + 2 * h + 1] * alpha + o.y));
         }
       }
     }
-    // The staging must stay until the last stores have read it.
-    if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
-  // No CTA of a cluster leaves while another may still write into its shared memory or
-  // arrive on its barriers.
-  if constexpr (kCluster > 1) {
-    __syncwarp();
-    ClusterSync();
-  }
+  // The staging must stay until the last stores have read it.
+  if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -426,70 +350,51 @@ int SmCount() {
   return n;
 }
 
-template <int BN, bool kFast, bool kAE4, bool kBE4, int kCluster, bool kHalfStaging>
+template <int BN, bool kFast, bool kAE4, bool kBE4>
 cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
                    const float* b_scale_inv, const bf16* bias, int M, int N, int K,
                    bool accumulate, cudaStream_t s) {
-  using Cfg = GemmCfg<BN, kFast, kCluster, kHalfStaging>;
-  auto kernel = Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4, kCluster, kHalfStaging>;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  // How many clusters fit on the device at once (one CTA per multiprocessor; with pairs, a GPC
-  // with an odd number of free multiprocessors leaves one idle).
-  static int resident = [&] {
+  using Cfg = GemmCfg<BN, kFast>;
+  auto kernel = Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>;
+  static int per_sm = [&] {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess) {
       return 0;
     }
-    if (kCluster > 1 &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0) !=
-            cudaSuccess) {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
+                                                      Cfg::kSmemBytes) != cudaSuccess) {
       return 0;
     }
-    cudaLaunchConfig_t probe = cfg;
-    probe.gridDim = dim3(kCluster * SmCount());
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe) != cudaSuccess) return 0;
-    return clusters;
+    return blocks;
   }();
-  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  if (per_sm <= 0) return cudaErrorInvalidConfiguration;
   CUtensorMap map_a, map_b, map_out;
-  if (!EncodeMap(&map_a, a, M, K, kBM) || !EncodeMap(&map_b, b, N, K, BN / kCluster) ||
+  if (!EncodeMap(&map_a, a, M, K, kBM) || !EncodeMap(&map_b, b, N, K, BN) ||
       !EncodeOutMap(&map_out, out, M, N)) {
     return cudaErrorInvalidValue;
   }
-  const int units = (M / kBM / kCluster) * (N / BN);
-  cfg.gridDim = dim3(kCluster * (units < resident ? units : resident));
-  return cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, map_out, out, bias, a_scale_inv,
-                            b_scale_inv, M, N, K, accumulate ? 1 : 0);
+  const int tiles = (M / kBM) * (N / BN);
+  const int grid = tiles < per_sm * SmCount() ? tiles : per_sm * SmCount();
+  kernel<<<grid, kThreads, Cfg::kSmemBytes, s>>>(map_a, map_b, map_out, out, bias, a_scale_inv, b_scale_inv,
+                                                 M, N, K, accumulate ? 1 : 0);
+  return cudaGetLastError();
 }
 
-template <int BN, bool kFast, int kCluster = 1, bool kHalfStaging = false>
+template <int BN, bool kFast>
 cudaError_t LaunchTyped(bf16* out, const uint8_t* a, bool a_e4m3, const float* a_scale_inv,
                         const uint8_t* b, bool b_e4m3, const float* b_scale_inv, const bf16* bias,
                         int M, int N, int K, bool accumulate, cudaStream_t s) {
   if (a_e4m3 && b_e4m3) {
-    return Launch<BN, kFast, true, true, kCluster, kHalfStaging>(out, a, a_scale_inv, b,
-                                                                 b_scale_inv, bias, M, N, K,
-                                                                 accumulate, s);
+    return Launch<BN, kFast, true, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
+                                         accumulate, s);
   }
   if (b_e4m3) {
-    return Launch<BN, kFast, false, true, kCluster, kHalfStaging>(out, a, a_scale_inv, b,
-                                                                  b_scale_inv, bias, M, N, K,
-                                                                  accumulate, s);
+    return Launch<BN, kFast, false, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
+                                          accumulate, s);
   }
-  return Launch<BN, kFast, true, false, kCluster, kHalfStaging>(out, a, a_scale_inv, b,
-                                                                b_scale_inv, bias, M, N, K,
-                                                                accumulate, s);
+  return Launch<BN, kFast, true, false>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
+                                        accumulate, s);
 }
 
 }  // namespace
@@ -504,7 +409,7 @@ bool Fp8GemmSm90Available() {
     }
     if (major != 9 || minor != 0 || Encoder() == nullptr) return false;
     cudaFuncAttributes attr;
-    if (cudaFuncGetAttributes(&attr, Fp8GemmSm90Kernel<128, true, true, true, 1, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, Fp8GemmSm90Kernel<128, true, true, true>) != cudaSuccess) {
       return false;
     }
     return attr.binaryVersion == 90;  // sm_90a machine code (see AttentionWgmmaAvailable)
@@ -538,42 +443,11 @@ cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a
       (accumulate && bias != nullptr)) {
     return cudaErrorInvalidValue;
   }
-  const bool wide = fast_accum && N % 256 == 0, pairs = (M / kBM) % 2 == 0;
-  if (tile == Fp8GemmTile::kAuto) tile = wide ? Fp8GemmTile::kN256 : Fp8GemmTile::kN128;
-  switch (tile) {
-    case Fp8GemmTile::kN256Half:
-      if (wide) {
-        return LaunchTyped<256, true, 1, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv,
-                                               bias, M, N, K, accumulate, s);
-      }
-      break;
-    case Fp8GemmTile::kN256Pair:
-      if (wide && pairs) {
-        return LaunchTyped<256, true, 2, false>(out, a, a_e4m3, a_scale_inv, b, b_e4m3,
-                                                b_scale_inv, bias, M, N, K, accumulate, s);
-      }
-      break;
-    case Fp8GemmTile::kN256PairHalf:
-      if (wide && pairs) {
-        return LaunchTyped<256, true, 2, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv,
-                                               bias, M, N, K, accumulate, s);
-      }
-      break;
-    case Fp8GemmTile::kN128Pair:
-      if (pairs) {
-        return fast_accum ? LaunchTyped<128, true, 2, false>(out, a, a_e4m3, a_scale_inv, b, b_e4m3,
-                                                             b_scale_inv, bias, M, N, K,
-                                                             accumulate, s)
-                          : LaunchTyped<128, false, 2, false>(out, a, a_e4m3, a_scale_inv, b,
-                                                              b_e4m3, b_scale_inv, bias, M, N, K,
-                                                              accumulate, s);
-      }
-      break;
-    default:
-      break;
+  // 256-column tiles need fast accumulation (registers) and N a multiple of 256.
+  if (tile == Fp8GemmTile::kAuto || (tile == Fp8GemmTile::kN256 && (!fast_accum || N % 256))) {
+    tile = fast_accum && N % 256 == 0 ? Fp8GemmTile::kN256 : Fp8GemmTile::kN128;
   }
-  // kN256 where it applies, else (and for variants the shape does not allow) kN128.
-  if (tile == Fp8GemmTile::kN256 && wide) {
+  if (tile == Fp8GemmTile::kN256) {
     return LaunchTyped<256, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias, M, N,
                                   K, accumulate, s);
   }

@@ -30,11 +30,7 @@ namespace boulder::kernels::cuda {
 
 // Output tiles of 128 rows × 256 or 128 columns; kAuto: 256 where the call has fast
 // accumulation and N is a multiple of 256 (split accumulation needs twice the registers), else 128.
-// Variants for benchmarks (fp8_gemm_bench) and tests: kN256Half stages half the output at a
-// time and gains a pipeline stage; the Pair variants run CTA pairs (clusters) that share the b
-// tile through TMA multicast (M / 128 must be even). A variant the call does not allow falls
-// back to kN256 / kN128.
-enum class Fp8GemmTile { kAuto, kN256, kN128, kN256Half, kN256Pair, kN256PairHalf, kN128Pair };
+enum class Fp8GemmTile { kAuto, kN256, kN128 };
 
 // Compute capability 9.0 and a build carrying sm_90a code, and the driver's tensor-map encoder.
 bool Fp8GemmSm90Available();
