@@ -3,18 +3,17 @@
 // Shared memory of a CTA: kStages stages of [a tile: 128 rows × 128 bytes][b tile: BN rows ×
 // 128 bytes], each tile written by TMA with the 128-byte swizzle (16-byte chunk c of row r at
 // chunk c ^ (r % 8); wgmma.cuh describes the layout, which is the BF16 K-major one byte for
-// byte: one k32 step of FP8 is 32 bytes along the row), then full[kStages] and
-// empty[kStages] mbarriers. full[s] completes when stage s's bytes have landed (TMA's
-// complete_tx); empty[s] when the 8 consumer warps have retired their products on it.
+// byte: one k32 step of FP8 is 32 bytes along the row), then the output tile's staging, then
+// full[kStages] and empty[kStages] mbarriers. full[s] completes when stage s's bytes
+// have landed (TMA's complete_tx); empty[s] when the 8 consumer warps have retired their
+// products on it.
 //
 // Iterations are numbered across the CTA's tiles (tile i, k-block kb: i · kblocks + kb), so
 // stage = iteration % kStages and the barriers' phase parity = (iteration / kStages) & 1.
-// Thread 0 issues every load: kStages ahead at the start, then each time the consumers free a
-// stage, including the next tile's first stages before the epilogue.
+// The producer warp's first lane issues every load as soon as its stage is free, so it runs up
+// to kStages k-blocks ahead of the consumers, across tile boundaries.
 #include <cuda.h>
 #include <cudaTypedefs.h>
-
-#include <mutex>
 
 #include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/wgmma.cuh"
@@ -444,8 +443,18 @@ cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a
     return cudaErrorInvalidValue;
   }
   // 256-column tiles need fast accumulation (registers) and N a multiple of 256.
-  if (tile == Fp8GemmTile::kAuto || (tile == Fp8GemmTile::kN256 && (!fast_accum || N % 256))) {
-    tile = fast_accum && N % 256 == 0 ? Fp8GemmTile::kN256 : Fp8GemmTile::kN128;
+  const bool wide = fast_accum && N % 256 == 0;
+  if (tile == Fp8GemmTile::kN256 && !wide) tile = Fp8GemmTile::kN128;
+  if (tile == Fp8GemmTile::kAuto) {
+    // The wider tile does the same work about 8% faster, but in half as many tiles: it wins
+    // unless its last round of tiles leaves more of the device idle. Rounds of one tile per
+    // multiprocessor, the wide tile's costing 2 / 1.08 of the narrow one's (fp8_gemm_bench,
+    // GPT-2 fc1's forward: 0.0779 vs 0.0842 ms). This picks the faster of the two on every
+    // forward of bench/fp8-gemm-2026-12-04.md (seed's qkv and projection: 128; GPT-2's: 256).
+    const int sms = SmCount() > 0 ? SmCount() : 1;
+    const long tiles128 = long(M / kBM) * (N / 128);
+    const long rounds256 = (tiles128 / 2 + sms - 1) / sms, rounds128 = (tiles128 + sms - 1) / sms;
+    tile = wide && rounds256 * 2.0 / 1.08 <= rounds128 ? Fp8GemmTile::kN256 : Fp8GemmTile::kN128;
   }
   if (tile == Fp8GemmTile::kN256) {
     return LaunchTyped<256, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias, M, N,
