@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     } else if (choice == "own") {
       b->fp8_gemm_ = Fp8Gemm::kSm90;
     } else if (choice != "auto") {
-      return absl::InvalidArgumentError(absl::StrCat(common::kEnvFp8Gemm, "=", choice,
-                                                     ": expected auto, cublaslt or own"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(common::kEnvFp8Gemm, "=", choice, ": expected auto, cublaslt or own"));
     }
   }
   b->device_ = device;

@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
     std::printf("\n%s (tokens %d, C %d, F %d, %d layers)\n", w.name.c_str(), w.tokens, w.C, w.F,
                 w.layers);
     std::printf("%-12s %6s %6s %6s | %8s %6s | %8s %6s | %8s %6s | %9s %9s\n", "gemm", "M", "N",
-                "K", "cublasLt", "TF/s", "own auto", "TF/s", "own 128", "TF/s", "rel L2", "max/|max|");
+                "K", "cublasLt", "TF/s", "own auto", "TF/s", "own 128", "TF/s", "rel L2",
+                "max/|max|");
     double step_lt = 0, step_own = 0, step_best = 0, step_pref = 0;
     for (const Call& c : StepCalls(w)) {
       const size_t na = size_t(c.M) * c.K, nb = size_t(c.N) * c.K, nd_ = size_t(c.M) * c.N;
@@ -194,8 +195,8 @@ int main(int argc, char** argv) {
         }
       };
       auto run_own = [&](Fp8GemmTile tile) {
-        CK(Fp8GemmSm90(d_own, a, c.a_e4m3, scales, b, c.b_e4m3, scales + 64, c.bias ? bias : nullptr,
-                       c.M, c.N, c.K, c.accumulate, c.fast, stream, tile));
+        CK(Fp8GemmSm90(d_own, a, c.a_e4m3, scales, b, c.b_e4m3, scales + 64,
+                       c.bias ? bias : nullptr, c.M, c.N, c.K, c.accumulate, c.fast, stream, tile));
       };
       // Correctness first, from the same initial output (accumulating calls add to it).
       CK(cudaMemcpyAsync(d_lt, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
@@ -226,14 +227,15 @@ int main(int argc, char** argv) {
       step_best += c.count * std::min({t_lt, t_auto, t128});
       step_pref += c.count * (Fp8GemmSm90Preferred(c.M, c.N, c.K, c.fast) ? t_own : t_lt);
       for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias),
-                      static_cast<void*>(d_lt), static_cast<void*>(d_own),
-                      static_cast<void*>(init), static_cast<void*>(scales)}) {
+                      static_cast<void*>(d_lt), static_cast<void*>(d_own), static_cast<void*>(init),
+                      static_cast<void*>(scales)}) {
         CK(cudaFree(p));
       }
     }
-    std::printf("%s FP8 GEMMs per step: cuBLASLt %.3f ms, own (kAuto tile) %.3f, best per shape "
-                "%.3f, Fp8GemmSm90Preferred %.3f\n",
-                w.name.c_str(), step_lt, step_own, step_best, step_pref);
+    std::printf(
+        "%s FP8 GEMMs per step: cuBLASLt %.3f ms, own (kAuto tile) %.3f, best per shape "
+        "%.3f, Fp8GemmSm90Preferred %.3f\n",
+        w.name.c_str(), step_lt, step_own, step_best, step_pref);
   }
   return 0;
 }
