@@ -545,6 +545,18 @@ bool Fp8GemmSm90Preferred(int M, int N, int K, bool fast_accum) {
   return fast_accum && K <= 1024;
 }
 
+int Fp8GemmSm90AutoColumns(int M, int N, bool fast_accum, int sms) {
+  if (!fast_accum || N % 256 != 0) return 128;
+  // The wider tile does the same work about 8% faster, but in half as many tiles: it wins
+  // unless its last round of tiles leaves more of the device idle. Rounds of one tile per
+  // multiprocessor, the wide tile's costing 2 / 1.08 of the narrow one's (fp8_gemm_bench,
+  // GPT-2 fc1's forward: 0.0779 vs 0.0842 ms).
+  sms = sms > 0 ? sms : 1;
+  const long tiles128 = long(M / kBM) * (N / 128);
+  const long rounds256 = (tiles128 / 2 + sms - 1) / sms, rounds128 = (tiles128 + sms - 1) / sms;
+  return rounds256 * 2.0 / 1.08 <= rounds128 ? 256 : 128;
+}
+
 bool Fp8GemmSm90Supports(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
                          const void* b, const void* out, const void* bias) {
   auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
@@ -565,15 +577,8 @@ cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a
   const bool wide = fast_accum && N % 256 == 0;
   if (tile == Fp8GemmTile::kN256 && !wide) tile = Fp8GemmTile::kN128;
   if (tile == Fp8GemmTile::kAuto) {
-    // The wider tile does the same work about 8% faster, but in half as many tiles: it wins
-    // unless its last round of tiles leaves more of the device idle. Rounds of one tile per
-    // multiprocessor, the wide tile's costing 2 / 1.08 of the narrow one's (fp8_gemm_bench,
-    // GPT-2 fc1's forward: 0.0779 vs 0.0842 ms). This picks the faster of the two on every
-    // forward of bench/fp8-gemm-2026-12-04.md (seed's qkv and projection: 128; GPT-2's: 256).
-    const int sms = SmCount() > 0 ? SmCount() : 1;
-    const long tiles128 = long(M / kBM) * (N / 128);
-    const long rounds256 = (tiles128 / 2 + sms - 1) / sms, rounds128 = (tiles128 + sms - 1) / sms;
-    tile = wide && rounds256 * 2.0 / 1.08 <= rounds128 ? Fp8GemmTile::kN256 : Fp8GemmTile::kN128;
+    tile = Fp8GemmSm90AutoColumns(M, N, fast_accum, SmCount()) == 256 ? Fp8GemmTile::kN256
+                                                                      : Fp8GemmTile::kN128;
   }
   if (tile == Fp8GemmTile::kN256) {
     return LaunchTyped<256, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias, M, N,

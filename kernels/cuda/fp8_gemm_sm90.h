@@ -33,9 +33,16 @@
 
 namespace boulder::kernels::cuda {
 
-// Output tiles of 128 rows × 256 or 128 columns; kAuto: 256 where the call has fast
-// accumulation and N is a multiple of 256 (split accumulation needs twice the registers), else 128.
+// Output tiles of 128 rows × 256 or 128 columns (256 needs fast accumulation, since split
+// accumulation needs twice the registers, and N a multiple of 256); kAuto:
+// Fp8GemmSm90AutoColumns's choice.
 enum class Fp8GemmTile { kAuto, kN256, kN128 };
+
+// The tile width kAuto takes on a device of `sms` multiprocessors: 256 where allowed unless its
+// last round of tiles leaves enough of the device idle that 128 finishes first (on the H200 this
+// picks the faster of the two on every forward fp8_gemm_bench measured: seed's qkv and
+// projection 128, GPT-2's 256; bench/fp8-gemm-2026-12-04.md).
+int Fp8GemmSm90AutoColumns(int M, int N, bool fast_accum, int sms);
 
 // Compute capability 9.0 and a build carrying sm_90a code, and the driver's tensor-map encoder.
 bool Fp8GemmSm90Available();
