@@ -163,8 +163,13 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,
                             bool accumulate, bool fast_accum) {
   if (!Ok()) return;
+  const bool a_e4m3 = a_format == Fp8Format::kE4M3, b_e4m3 = b_format == Fp8Format::kE4M3;
+  const bool own = fp8_gemm_ != Fp8Gemm::kCublasLt && Fp8GemmSm90Available() &&
+                   Fp8GemmSm90Supports(M, N, K, a_e4m3, b_e4m3, a, b, out, bias) &&
+                   (fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, fast_accum));
+  // The profile names which GEMM ran: " sm90" for ours (fp8_gemm_sm90.h).
   ProfileScope profile(this, profiling_ ? absl::StrCat("MatmulFp8 ", M, "x", N, " k=", K,
-                                                      accumulate ? " +=" : "")
+                                                      accumulate ? " +=" : "", own ? " sm90" : "")
                                         : std::string());
   BOULDER_REQUIRE_FP8(
       M % 16 == 0 && N % 16 == 0 && K % 16 == 0,
@@ -172,10 +177,7 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
   BOULDER_REQUIRE_FP8(a_format == Fp8Format::kE4M3 || b_format == Fp8Format::kE4M3,
                       "FP8 GEMM with two E5M2 operands (cuBLASLt needs one E4M3)");
   BOULDER_REQUIRE_FP8(!(accumulate && bias != nullptr), "FP8 GEMM: bias with accumulate");
-  const bool a_e4m3 = a_format == Fp8Format::kE4M3, b_e4m3 = b_format == Fp8Format::kE4M3;
-  if (fp8_gemm_ != Fp8Gemm::kCublasLt && Fp8GemmSm90Available() &&
-      Fp8GemmSm90Supports(M, N, K, a_e4m3, b_e4m3, a, b, out, bias) &&
-      (fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, fast_accum))) {
+  if (own) {
     Check(Fp8GemmSm90(static_cast<bf16*>(out), a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv,
                       static_cast<const bf16*>(bias), M, N, K, accumulate, fast_accum, stream_,
                       fp8_gemm_tile_),
