@@ -1,7 +1,8 @@
-// The flash attention kernels (attention_fwd.cuh, attention_bwd.cuh) compiled as host C++ and
-// run on an emulated GPU, against a float64 reference: runs on any machine, so the fragment
-// layouts, tile index arithmetic, masks, padding and pipelining are tested without a GPU
-// (cuda_ops_test, label gpu, runs the same kernels on the device).
+// The flash attention kernels (attention_fwd.cuh, attention_bwd.cuh) and the FP8 GEMM
+// (fp8_gemm_sm90.cuh) compiled as host C++ and run on an emulated GPU, against a float64
+// reference: runs on any machine, so the fragment layouts, tile index arithmetic, masks,
+// padding and pipelining are tested without a GPU (cuda_ops_test and cuda_fp8_test, label gpu,
+// run the same kernels on the device).
 //
 // The emulation: every CUDA thread of a block is a fiber on one OS thread (started with
 // makecontext, switched with _setjmp/_longjmp, which unlike swapcontext make no system call),
@@ -15,7 +16,11 @@
 // block, and every shared access of the primitives is bounds- and alignment-checked. cp.async
 // copies land either when issued or only at the cp.async.wait that covers them (both are run:
 // the first exposes a refill racing with readers, the second a read before the data landed).
-// A deadlock (threads waiting at different barriers) fails the test.
+// A deadlock (threads waiting at different barriers) fails the test. The FP8 GEMM's TMA loads,
+// TMA stores, mbarriers and FP8 wgmma are emulated too (see "fp8_gemm_sm90.cuh's primitives"
+// below); its tests run the wgmma products late (g_late_products), so a stage freed before
+// the products reading it retire is refilled under them, and its TMA stores read the staging
+// only at the bulk wait, so staging overwritten before that wait shows.
 //
 // What it cannot see: device-only numerics (exp2f is exact here, ex2.approx on the GPU), the
 // real timing of cp.async, the async proxy's ordering (fence.proxy.async is a no-op here), and
@@ -25,7 +30,9 @@
 #undef _FORTIFY_SOURCE  // its longjmp check rejects jumps between fiber stacks
 #define BOULDER_ATTENTION_EMULATION 1
 #define __launch_bounds__(...)
+#define __grid_constant__
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <setjmp.h>
@@ -39,11 +46,13 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/fp8.h"
 
 // ---- the emulated GPU ----------------------------------------------------------------------
 
@@ -74,6 +83,16 @@ struct WgOp {
   int scale_d;
   uint32_t a[4];
   float* d;
+  int fp8 = 0;  // FP8 products (m64nNk32, fp8_gemm_sm90.cuh): kFp8 | kAE4M3 | kBE4M3
+};
+constexpr int kFp8 = 1, kAE4M3 = 2, kBE4M3 = 4;
+
+// A TMA store recorded at issue and done when the issuing thread waits for its bulk group
+// (cp.async.bulk.wait_group), so overwriting the staging before that wait shows in the output.
+struct BulkStore {
+  const void* map;
+  int x, y;
+  uint32_t src;
 };
 
 struct Fiber {
@@ -88,11 +107,14 @@ struct Fiber {
   std::deque<std::vector<Copy>> groups;
   std::vector<WgOp> wg_open;
   std::deque<std::vector<WgOp>> wg_groups;
+  std::vector<BulkStore> bulk_open;
+  std::deque<std::vector<BulkStore>> bulk_groups;
 };
 
 struct Rendezvous {
   int count = 0;
   uint64_t gen = 0;
+  int retire = -1;  // wgmma waits with late products: the N of a completed wait not yet run
 };
 
 struct Warp {
@@ -125,6 +147,10 @@ Block g_block;
 // at a block barrier, so one warp gets as far ahead of the others as the barriers allow.
 bool g_greedy = false;
 bool g_eager_copies = false;
+// Late products: a warpgroup's wgmma wait completes, then every other warp runs once before the
+// retired products do (in the lockstep schedule), so a stage freed before the wait that
+// retires its products is refilled under them and the products read the new data.
+bool g_late_products = false;
 std::mt19937 g_rng(7);
 
 int Tid() { return g_block.current; }
@@ -194,6 +220,8 @@ void RunBlock(int threads, const std::function<void()>& body) {
     f.groups.clear();
     f.wg_open.clear();
     f.wg_groups.clear();
+    f.bulk_open.clear();
+    f.bulk_groups.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -225,6 +253,7 @@ void RunBlock(int threads, const std::function<void()>& body) {
     if (!alive) {
       for (const Fiber& f : b.fibers) {
         if (!f.wg_open.empty() || !f.wg_groups.empty()) Die("a wgmma was never waited for");
+        if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a TMA store was never waited for");
       }
       return;
     }
@@ -404,9 +433,59 @@ float Operand(uint64_t desc, int trans, int r, int k) {
   return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(attn::smem + addr));
 }
 
+// Byte (r, k) (k < 32) of an FP8 operand through its K-major 128-byte-swizzle descriptor.
+uint8_t Fp8Operand(uint64_t desc, int r, int k) {
+  const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
+  const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+  if ((desc >> 62) != 1) Die("wgmma descriptor: only the 128-byte swizzle is emulated");
+  if (((desc >> 49) & 7) != 0) Die("wgmma descriptor: nonzero base offset");
+  uint32_t addr = start + (r / 8) * sbo + (r % 8) * 128 + k;
+  addr ^= ((addr >> 7) & 7u) << 4;
+  if (addr + 1 > emu::g_block.smem_bytes) Die("wgmma operand outside shared memory");
+  return attn::smem[addr];
+}
+
+// One FP8 product m64nNk32 (both operands K-major from shared memory).
+void ExecuteFp8(const std::vector<const emu::WgOp*>& ops) {
+  const emu::WgOp& o = *ops[0];
+  const Fp8Format fa = (o.fp8 & emu::kAE4M3) ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  const Fp8Format fb = (o.fp8 & emu::kBE4M3) ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  static double A[64][32], B[32][256];
+  for (int m = 0; m < 64; ++m) {
+    for (int k = 0; k < 32; ++k) A[m][k] = cpu::DecodeFp8(Fp8Operand(o.desc_a, m, k), fa);
+  }
+  for (int k = 0; k < 32; ++k) {
+    for (int n = 0; n < o.n; ++n) B[k][n] = cpu::DecodeFp8(Fp8Operand(o.desc_b, n, k), fb);
+  }
+  for (int t = 0; t < 128; ++t) {
+    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int j = 0; j < o.n / 8; ++j) {
+      for (int e = 0; e < 4; ++e) {
+        const int m = 16 * w + g + (e >> 1) * 8, n = 8 * j + 2 * q + (e & 1);
+        double acc = o.scale_d ? double(ops[t]->d[4 * j + e]) : 0.0;
+        for (int k = 0; k < 32; ++k) acc += A[m][k] * B[k][n];
+        ops[t]->d[4 * j + e] = float(acc);
+      }
+    }
+  }
+}
+
 // Runs one product for the warpgroup's 128 threads (ops[t]: thread t's record of it).
 void Execute(const std::vector<const emu::WgOp*>& ops) {
   const emu::WgOp& o = *ops[0];
+  for (const emu::WgOp* p : ops) {
+    if (p->fp8 != o.fp8) Die("wgmma operand types differ across the warpgroup");
+  }
+  if (o.fp8) {
+    for (const emu::WgOp* p : ops) {
+      if (p->n != o.n || p->desc_a != o.desc_a || p->desc_b != o.desc_b ||
+          p->scale_d != o.scale_d) {
+        Die("wgmma operands differ across the warpgroup");
+      }
+    }
+    ExecuteFp8(ops);
+    return;
+  }
   for (const emu::WgOp* p : ops) {
     if (p->rs != o.rs || p->n != o.n || p->trans_a != o.trans_a || p->trans_b != o.trans_b ||
         (!o.rs && p->desc_a != o.desc_a) || p->desc_b != o.desc_b || p->scale_d != o.scale_d) {
@@ -454,15 +533,26 @@ void Commit() {
 // recent, for all of them, in issue order.
 template <int N>
 void Wait() {
-  if (emu::g_block.fibers.size() % 128 != 0) Die("wgmma in a block that is not whole warpgroups");
   const int wg = emu::Tid() / 128;
+  if (size_t(wg + 1) * 128 > emu::g_block.fibers.size()) Die("wgmma in an incomplete warpgroup");
   emu::Rendezvous& r = emu::g_block.warpgroups[wg];
   const uint64_t gen = r.gen;
-  if (++r.count < 128) {
-    emu::WaitWhile(&r.gen, gen);
-    return;
+  if (emu::g_late_products) {
+    if (++r.count == 128) {
+      r.count = 0;
+      r.retire = N;
+      ++r.gen;
+    }
+    emu::WaitWhile(&r.gen, gen);  // the last to arrive yields too: the others run first
+    if (r.retire < 0) return;     // a thread of this warpgroup ran the products already
+    r.retire = -1;
+  } else {
+    if (++r.count < 128) {
+      emu::WaitWhile(&r.gen, gen);
+      return;
+    }
+    r.count = 0;
   }
-  r.count = 0;
   emu::Fiber* fs = &emu::g_block.fibers[wg * 128];
   for (int t = 0; t < 128; ++t) {
     if (fs[t].wg_groups.size() != fs[0].wg_groups.size() || !fs[t].wg_open.empty()) {
@@ -481,7 +571,7 @@ void Wait() {
     }
     for (int t = 0; t < 128; ++t) fs[t].wg_groups.pop_front();
   }
-  ++r.gen;
+  if (!emu::g_late_products) ++r.gen;
 }
 
 void Record(bool rs, int n, int ta, int tb, uint64_t da, uint64_t db, int scale_d,
@@ -509,10 +599,155 @@ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
 
 }  // namespace boulder::kernels::cuda::wgmma
 
+// ---- fp8_gemm_sm90.cuh's primitives: mbarriers, TMA, bulk groups, FP8 wgmma -------------
+//
+// A tensor map (CUtensorMap, opaque on the GPU) is, here, the fields EncodeEmulatedMap writes:
+// a 2-D row-major tensor and its box, with the 128-byte swizzle. TMA loads land when issued
+// and complete their bytes on the barrier then; TMA stores run at the bulk-group wait that
+// covers them. An mbarrier is a phase counter with pending arrivals and a transaction count.
+
+namespace boulder::kernels::cuda::fp8gemm {
+
+using emu::Die;
+
+struct EmulatedMap {
+  const unsigned char* ptr;
+  uint64_t cols, rows, stride, box_cols, box_rows, elem;
+};
+void EncodeEmulatedMap(CUtensorMap* map, const void* ptr, uint64_t cols, uint64_t rows,
+                       uint64_t elem, uint64_t box_cols, uint64_t box_rows) {
+  static_assert(sizeof(EmulatedMap) <= sizeof(CUtensorMap), "the fields fit");
+  if (box_cols * elem != 128) Die("tensor map: a box row must be 128 bytes (the swizzle span)");
+  const EmulatedMap m{
+      static_cast<const unsigned char*>(ptr), cols, rows, cols * elem, box_cols, box_rows, elem};
+  std::memcpy(map, &m, sizeof m);
+}
+EmulatedMap MapOf(const CUtensorMap* map) {
+  EmulatedMap m;
+  std::memcpy(&m, map, sizeof m);
+  return m;
+}
+// The shared address of byte c of box row r for a box at `at` (128-byte swizzle).
+uint32_t BoxByte(uint32_t at, int r, int c) {
+  uint32_t addr = at + r * 128 + c;
+  return addr ^ (((addr >> 7) & 7u) << 4);
+}
+
+struct Mbar {
+  int expected = 0, pending = 0;
+  int64_t tx = 0;
+  uint64_t phase = 0;  // completed phases
+};
+std::map<uint32_t, Mbar> g_mbars;  // by shared address; cleared per block
+Mbar& MbarAt(uint32_t bar) {
+  auto it = g_mbars.find(bar);
+  if (it == g_mbars.end()) Die("mbarrier used before mbarrier.init");
+  return it->second;
+}
+void MaybeComplete(Mbar& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.expected;
+  }
+}
+
+uint32_t SharedBase() { return attn::SmemAddr(attn::smem); }
+void FenceMbarrierInit() {}
+void PrefetchTensorMap(const CUtensorMap*) {}
+void StoreShared32(uint32_t addr, uint32_t v) {
+  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
+  std::memcpy(attn::smem + addr, &v, 4);
+}
+void MbarInit(uint32_t bar, int count) {
+  if (bar % 8 != 0 || bar + 8 > emu::g_block.smem_bytes) Die("mbarrier outside shared memory");
+  Mbar m;
+  m.expected = m.pending = count;
+  g_mbars[bar] = m;
+}
+// try_wait.parity succeeds once the phase of that parity has completed.
+void MbarWait(uint32_t bar, uint32_t parity) {
+  Mbar& m = MbarAt(bar);
+  while ((m.phase & 1) == parity) emu::WaitWhile(&m.phase, m.phase);
+}
+void MbarArrive(uint32_t bar) {
+  Mbar& m = MbarAt(bar);
+  if (m.pending <= 0) Die("mbarrier: more arrivals than its count");
+  --m.pending;
+  MaybeComplete(m);
+}
+void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  MbarAt(bar).tx += bytes;
+  MbarArrive(bar);
+}
+void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+  const EmulatedMap m = MapOf(map);
+  if (dst % 1024 != 0) Die("TMA load: a 128-byte-swizzled box must start 1024-byte aligned");
+  if (x < 0 || y < 0 || uint64_t(x) + m.box_cols > m.cols || uint64_t(y) + m.box_rows > m.rows) {
+    Die("TMA load: box outside the tensor (not emulated)");
+  }
+  if (dst + m.box_rows * 128 > emu::g_block.smem_bytes) Die("TMA load outside shared memory");
+  for (uint64_t r = 0; r < m.box_rows; ++r) {
+    for (int c = 0; c < 128; ++c) {
+      attn::smem[BoxByte(dst, int(r), c)] = m.ptr[(y + r) * m.stride + x * m.elem + c];
+    }
+  }
+  Mbar& b = MbarAt(bar);
+  b.tx -= int64_t(m.box_rows * 128);
+  MaybeComplete(b);
+}
+void TmaStore(const CUtensorMap* map, int x, int y, uint32_t src) {
+  if (src % 1024 != 0) Die("TMA store: a 128-byte-swizzled box must start 1024-byte aligned");
+  emu::Me().bulk_open.push_back({map, x, y, src});
+}
+void BulkCommit() {
+  emu::Fiber& f = emu::Me();
+  f.bulk_groups.push_back(std::move(f.bulk_open));
+  f.bulk_open.clear();
+}
+void BulkWaitAll() {
+  emu::Fiber& f = emu::Me();
+  for (const auto& group : f.bulk_groups) {
+    for (const emu::BulkStore& st : group) {
+      const EmulatedMap m = MapOf(static_cast<const CUtensorMap*>(st.map));
+      if (uint64_t(st.x) + m.box_cols > m.cols || uint64_t(st.y) + m.box_rows > m.rows) {
+        Die("TMA store: box outside the tensor (not emulated)");
+      }
+      auto* out = const_cast<unsigned char*>(m.ptr);
+      for (uint64_t r = 0; r < m.box_rows; ++r) {
+        for (int c = 0; c < 128; ++c) {
+          out[(st.y + r) * m.stride + st.x * m.elem + c] = attn::smem[BoxByte(st.src, int(r), c)];
+        }
+      }
+    }
+  }
+  f.bulk_groups.clear();
+}
+void BulkWaitRead() { BulkWaitAll(); }
+void NamedBarrier(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.sync operands");
+  emu::Rendezvous& r = emu::g_block.named[id];
+  const uint64_t gen = r.gen;
+  if (++r.count == threads) {
+    r.count = 0;
+    ++r.gen;
+    return;
+  }
+  emu::WaitWhile(&r.gen, gen);
+}
+template <bool kAE4, bool kBE4, int R>
+void WgmmaFp8(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  emu::WgOp op{false, 2 * R, 0, 0, desc_a, desc_b, scale_d, {0, 0, 0, 0}, d};
+  op.fp8 = emu::kFp8 | (kAE4 ? emu::kAE4M3 : 0) | (kBE4 ? emu::kBE4M3 : 0);
+  emu::Me().wg_open.push_back(op);
+}
+
+}  // namespace boulder::kernels::cuda::fp8gemm
+
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_bwd_sm90.cuh"
 #include "kernels/cuda/attention_fwd.cuh"
 #include "kernels/cuda/attention_fwd_sm90.cuh"
+#include "kernels/cuda/fp8_gemm_sm90.cuh"
 
 namespace boulder::kernels::cuda::attn {
 namespace {
@@ -717,6 +952,7 @@ void Check(const Problem& pr, Schedule schedule, uint32_t seed,
                                   << (sm90 ? " wgmma" : " mma.sync"));
   emu::g_greedy = schedule != Schedule::kLockstepLazyCopies;
   emu::g_eager_copies = schedule == Schedule::kGreedyEagerCopies;
+  emu::g_late_products = false;
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int C = pr.C();
@@ -810,3 +1046,113 @@ TEST(AttentionEmulationTest, Head128Wgmma) {
 
 }  // namespace
 }  // namespace boulder::kernels::cuda::attn
+
+// ---- fp8_gemm_sm90.cuh on the emulated GPU ---------------------------------------------------
+
+namespace boulder::kernels::cuda::fp8gemm {
+namespace {
+
+// Mirrors Launch in fp8_gemm_sm90.cu: a persistent grid of min(tiles, sms) CTAs (sms small,
+// so every CTA walks several tiles), one CTA at a time.
+template <int BN, bool kFast, bool kAE4, bool kBE4>
+void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, const float* sb,
+             const bf16* bias, int M, int N, int K, bool accumulate, int sms) {
+  using Cfg = GemmCfg<BN, kFast>;
+  if (Cfg::kSmemBytes > int(emu::kMaxSmem)) Die("dynamic shared memory over the device limit");
+  CUtensorMap map_a, map_b, map_out;
+  EncodeEmulatedMap(&map_a, a, K, M, 1, kBK, kBM);
+  EncodeEmulatedMap(&map_b, b, K, N, 1, kBK, BN);
+  EncodeEmulatedMap(&map_out, out, N, M, 2, 64, 64);
+  const int tiles = (M / kBM) * (N / BN);
+  gridDim = dim3(std::min(tiles, sms), 1, 1);
+  blockDim = dim3(kThreads, 1, 1);
+  emu::g_block.smem_bytes = Cfg::kSmemBytes;
+  for (unsigned x = 0; x < gridDim.x; ++x) {
+    blockIdx = make_uint3(x, 0, 0);
+    std::memset(attn::smem, 0xff, emu::kMaxSmem);
+    g_mbars.clear();
+    emu::RunBlock(kThreads, [&] {
+      Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
+                                               accumulate ? 1 : 0);
+    });
+  }
+}
+
+struct GemmCase {
+  int M, N, K;
+  bool a_e4m3, b_e4m3, bias, accumulate;
+};
+
+// out = sa·sb·a·bᵀ (+ bias) (+ out) on FP8 codes of N(0, 1) values, against float64.
+template <int BN, bool kFast, bool kAE4, bool kBE4>
+void CheckGemm(const GemmCase& c, int sms, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K << " BN " << BN
+                                  << (kFast ? " fast" : " split") << (c.bias ? " bias" : "")
+                                  << (c.accumulate ? " accumulate" : "") << " sms " << sms);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const Fp8Format fa = kAE4 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  const Fp8Format fb = kBE4 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  std::vector<uint8_t> a(size_t(c.M) * c.K), b(size_t(c.N) * c.K);
+  for (auto& x : a) x = cpu::EncodeFp8(nd(rng) * 4.f, fa);
+  for (auto& x : b) x = cpu::EncodeFp8(nd(rng) * 4.f, fb);
+  std::vector<bf16> bias(c.N), out(size_t(c.M) * c.N);
+  for (auto& x : bias) x = __float2bfloat16(nd(rng));
+  for (auto& x : out) x = c.accumulate ? __float2bfloat16(nd(rng)) : __float2bfloat16(NAN);
+  const std::vector<bf16> init = out;
+  const float sa = 0.125f, sb = 0.03f;
+  RunGemm<BN, kFast, kAE4, kBE4>(out.data(), a.data(), &sa, b.data(), &sb,
+                                 c.bias ? bias.data() : nullptr, c.M, c.N, c.K, c.accumulate, sms);
+  double num = 0, den = 0, worst = 0, scale = 0;
+  std::vector<double> want(out.size());
+  for (int m = 0; m < c.M; ++m) {
+    for (int n = 0; n < c.N; ++n) {
+      double s = 0;
+      for (int k = 0; k < c.K; ++k) {
+        s += double(cpu::DecodeFp8(a[size_t(m) * c.K + k], fa)) *
+             cpu::DecodeFp8(b[size_t(n) * c.K + k], fb);
+      }
+      double w = double(sa) * sb * s;
+      if (c.bias) w += __bfloat162float(bias[n]);
+      if (c.accumulate) w += __bfloat162float(init[size_t(m) * c.N + n]);
+      want[size_t(m) * c.N + n] = w;
+      scale = std::max(scale, std::fabs(w));
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double got = __bfloat162float(out[i]), e = got - want[i];
+    if (!std::isfinite(got)) {
+      ADD_FAILURE() << "output " << i / c.N << "," << i % c.N << " not written (" << got << ")";
+      return;
+    }
+    num += e * e;
+    den += want[i] * want[i];
+    worst = std::max(worst, std::fabs(e) - std::fabs(want[i]) / 128);  // past BF16's rounding
+  }
+  EXPECT_LT(std::sqrt(num / den), 4e-3) << "relative L2 error";
+  EXPECT_LT(worst, 1e-6 * scale) << "an element beyond BF16 rounding of the exact value";
+}
+
+// Tiles of 128 × 256 (fast accumulation) and 128 × 128; 1 to 3 CTAs, so a CTA walks one or
+// several tiles and the stage ring (3 stages at 256, 5 at 128) wraps inside and across tiles.
+TEST(Fp8GemmEmulationTest, WideTilesFastAccumulation) {
+  emu::g_late_products = true;
+  for (bool greedy : {false, true}) {
+    emu::g_greedy = greedy;
+    CheckGemm<256, true, true, true>({256, 512, 384, true, true, true, false}, 3, 21);
+    CheckGemm<256, true, true, true>({128, 256, 128, true, true, false, false}, 1, 22);
+  }
+}
+
+TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
+  emu::g_late_products = true;
+  for (bool greedy : {false, true}) {
+    emu::g_greedy = greedy;
+    CheckGemm<128, false, false, true>({128, 256, 768, false, true, false, false}, 1, 23);
+    CheckGemm<128, false, true, false>({128, 256, 256, true, false, false, true}, 3, 24);
+    CheckGemm<128, true, true, true>({256, 128, 640, true, true, true, false}, 1, 25);
+  }
+}
+
+}  // namespace
+}  // namespace boulder::kernels::cuda::fp8gemm

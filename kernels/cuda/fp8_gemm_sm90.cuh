@@ -1,0 +1,453 @@
+// The FP8 GEMM of fp8_gemm_sm90.h: the kernel (fp8_gemm_sm90.cu has the tensor maps and the
+// launcher).
+//
+// Shared memory of a CTA: kStages stages of [a tile: 128 rows × 128 bytes][b tile: BN rows ×
+// 128 bytes], each tile written by TMA with the 128-byte swizzle (16-byte chunk c of row r at
+// chunk c ^ (r % 8); wgmma.cuh describes the layout, which is the BF16 K-major one byte for
+// byte: one k32 step of FP8 is 32 bytes along the row), then the output tile's staging, then
+// full[kStages] and empty[kStages] mbarriers. full[s] completes when stage s's bytes
+// have landed (TMA's complete_tx); empty[s] when the 8 consumer warps have retired their
+// products on it.
+//
+// Iterations are numbered across the CTA's tiles (tile i, k-block kb: i · kblocks + kb), so
+// stage = iteration % kStages and the barriers' phase parity = (iteration / kStages) & 1.
+// The producer warp's first lane issues every load as soon as its stage is free, so it runs up
+// to kStages k-blocks ahead of the consumers, across tile boundaries.
+//
+// The PTX primitives below exist on sm_90a only. attention_emulation_test.cc compiles this
+// kernel as host C++ with BOULDER_ATTENTION_EMULATION defined and its own versions of exactly
+// these functions and wgmma.cuh's (TMA, mbarriers and wgmma on its emulated GPU).
+#ifndef BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_CUH_
+#define BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_CUH_
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/wgmma.cuh"
+
+namespace boulder::kernels::cuda::fp8gemm {
+
+using bf16 = __nv_bfloat16;
+constexpr int kBM = 128, kBK = 128;
+// Two consumer warpgroups (warps 0-7, 64 output rows each) and one producer warp (warp 8).
+constexpr int kConsumers = 256, kThreads = kConsumers + 32;
+
+template <int BN, bool kFast>
+struct GemmCfg {
+  static_assert(BN == 128 || (BN == 256 && kFast), "tiles: 128 (both), 256 (fast accumulation)");
+  // BN / 2 FP32 accumulators per consumer thread (64 rows × BN per warpgroup), twice that for
+  // split accumulation: at most 128, which fits 288 threads of up to 224 registers, so one
+  // CTA per multiprocessor with as many stages as 192 KB of shared memory holds.
+  static constexpr int kABytes = kBM * kBK, kBBytes = BN * kBK;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // The output tile's staging for the TMA store: 128 rows × BN BF16, as 64-column boxes of
+  // 64 rows × 128 bytes (128-byte swizzle), each warpgroup's 64 rows box after box.
+  static constexpr int kOutBytes = kBM * BN * 2;
+  static constexpr int kStages = (208 * 1024 - kOutBytes) / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(BOULDER_ATTENTION_EMULATION)
+// The dynamic shared memory's shared-space address.
+__device__ __forceinline__ uint32_t SharedBase() {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  return static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+}
+__device__ __forceinline__ void FenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until this thread's committed TMA stores have read their shared memory.
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// Until this thread's committed TMA stores are done.
+__device__ __forceinline__ void BulkWaitAll() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// A box of the 2-D tensor map (x: byte along K, y: row) into shared memory at dst; its bytes
+// count towards bar's transaction.
+// Stores the 2-D box at (x, y) (x: column, y: row) of the tensor map from shared memory at src;
+// completion through the bulk-group of the issuing thread.
+__device__ __forceinline__ void TmaStore(const CUtensorMap* map, int x, int y, uint32_t src) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(x), "r"(y), "r"(src)
+      : "memory");
+}
+__device__ __forceinline__ void NamedBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y,
+                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// d = A·B (scale_d 0) or d + A·B: wgmma m64nNk32 (N = 2 · registers), FP8 operands from
+// shared memory (K-major descriptors), FP32 accumulators; kAE4 / kBE4: E4M3, else E5M2.
+template <bool kAE4, bool kBE4>
+__device__ __forceinline__ void WgmmaFp8(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
+  static_assert(kAE4 || kBE4, "wgmma takes at most one E5M2 operand here");
+  if constexpr (kAE4 && kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+        "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, "
+        "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+        "%127}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (kAE4 && !kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+        "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, "
+        "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+        "%127}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (!kAE4 && kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+        "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, "
+        "%113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+        "%127}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+
+template <bool kAE4, bool kBE4>
+__device__ __forceinline__ void WgmmaFp8(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                         int scale_d) {
+  static_assert(kAE4 || kBE4, "wgmma takes at most one E5M2 operand here");
+  if constexpr (kAE4 && kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (kAE4 && !kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (!kAE4 && kBE4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
+        "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL && !BOULDER_ATTENTION_EMULATION
+
+template <int BN, bool kFast, bool kAE4, bool kBE4>
+__global__ void __launch_bounds__(kThreads, 1)
+    Fp8GemmSm90Kernel(const __grid_constant__ CUtensorMap map_a,
+                      const __grid_constant__ CUtensorMap map_b,
+                      const __grid_constant__ CUtensorMap map_out, bf16* __restrict__ out,
+                      const bf16* __restrict__ bias, const float* __restrict__ a_scale_inv,
+                      const float* __restrict__ b_scale_inv, int M, int N, int K, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = GemmCfg<BN, kFast>;
+  constexpr int S = Cfg::kStages;
+  constexpr int kAcc = BN / 2;  // accumulators per consumer thread
+  const uint32_t base = (SharedBase() + 1023u) & ~1023u;
+  const uint32_t a_base = base, b_base = base + S * Cfg::kABytes;
+  const uint32_t out_base = base + S * Cfg::kStageBytes;
+  const uint32_t full0 = out_base + Cfg::kOutBytes, empty0 = full0 + S * 8;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      MbarInit(full0 + 8 * s, 1);
+      MbarInit(empty0 + 8 * s, kConsumers / 32);
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  const int tiles_n = N / BN, tiles = (M / kBM) * tiles_n, kblocks = K / kBK;
+  const int my_tiles =
+      static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+
+  if (tid >= kConsumers) {
+    // The producer warp: lane 0 loads every iteration's stage once the consumers free it.
+    if (lane != 0) return;
+    PrefetchTensorMap(&map_a);
+    PrefetchTensorMap(&map_b);
+    const int total = my_tiles * kblocks;
+    for (int it = 0; it < total; ++it) {
+      const int s = it % S;
+      MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
+      const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
+      const uint32_t full = full0 + 8 * s;
+      MbarExpectTx(full, Cfg::kStageBytes);
+      TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, (t / tiles_n) * kBM, full);
+      TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, (t % tiles_n) * BN, full);
+    }
+    return;
+  }
+
+  // Consumers. A warp is done with stage s once its products on it have retired.
+  const int wg = warp / 4;
+  auto release = [&](int s) {
+    if (lane == 0) MbarArrive(empty0 + 8 * s);
+  };
+  const float alpha = *a_scale_inv * *b_scale_inv;
+  float acc[kAcc];
+  float part[kFast ? 1 : kAcc];
+  int it = 0;
+  for (int i = 0; i < my_tiles; ++i) {
+    const int t = blockIdx.x + i * gridDim.x, tm = t / tiles_n, tn = t % tiles_n;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % S;
+      MbarWait(full0 + 8 * s, (it / S) & 1);
+      const uint32_t a_tile = a_base + s * Cfg::kABytes + wg * 64 * 128;
+      const uint32_t b_tile = b_base + s * Cfg::kBBytes;
+      wgmma::Fence();
+      if constexpr (kFast) {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk) {
+          WgmmaFp8<kAE4, kBE4>(acc, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
+                               wgmma::Desc(b_tile + 32 * kk, 16, 1024), (kb > 0 || kk > 0) ? 1 : 0);
+        }
+        wgmma::Commit();
+        if (kb > 0) {
+          wgmma::Wait<1>();
+          release((it - 1) % S);
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk) {
+          WgmmaFp8<kAE4, kBE4>(part, wgmma::Desc(a_tile + 32 * kk, 16, 1024),
+                               wgmma::Desc(b_tile + 32 * kk, 16, 1024), kk > 0 ? 1 : 0);
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        wgmma::FenceOperand(part);
+        release(s);
+#pragma unroll
+        for (int r = 0; r < kAcc; ++r) acc[r] = kb == 0 ? part[r] : acc[r] + part[r];
+      }
+    }
+    if constexpr (kFast) {
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(acc);
+      release((it - 1) % S);
+    }
+
+    // Epilogue (the producer is already loading the next tile): warp w of the warpgroup holds
+    // rows 16w + g and 16w + g + 8 of its 64, and in 8-column block j columns 8j + 2q and
+    // 8j + 2q + 1 (wgmma.cuh).
+    const int g = lane / 4, q = lane % 4;
+    if (!accumulate) {
+      // Through shared memory: the warpgroup's 64 rows, then BN / 64 TMA stores issued by its
+      // first thread, which run while the warpgroup goes on to its next tile. Before writing,
+      // that thread waits until its previous tile's stores have read the staging.
+      const uint32_t stage = out_base + wg * (Cfg::kOutBytes / 2);
+      const bool issuer = tid % 128 == 0;
+      if (issuer) BulkWaitRead();
+      NamedBarrier(1 + wg, 128);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * q;
+        float2 b2 = make_float2(0.f, 0.f);
+        if (bias != nullptr) {
+          b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = (warp % 4) * 16 + g + 8 * h;  // r % 8 == g
+          const __nv_bfloat162 v = __float22bfloat162_rn(make_float2(
+              acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
+          const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
+          StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+        }
+      }
+      wgmma::FenceProxyAsync();
+      NamedBarrier(1 + wg, 128);
+      if (issuer) {
+#pragma unroll
+        for (int box = 0; box < BN / 64; ++box) {
+          TmaStore(&map_out, tn * BN + box * 64, tm * kBM + wg * 64, stage + box * 8192);
+        }
+        BulkCommit();
+      }
+    } else {
+      // Accumulating (out += ...): each thread reads and writes its own pairs.
+      const int row0 = tm * kBM + wg * 64 + (warp % 4) * 16 + g;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = tn * BN + 8 * j + 2 * q;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          __nv_bfloat162* p =
+              reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
+          const float2 o = __bfloat1622float2(*p);
+          *p = __float22bfloat162_rn(
+              make_float2(acc[4 * j + 2 * h] * alpha + o.x, acc[4 * j + 2 * h + 1] * alpha + o.y));
+        }
+      }
+    }
+  }
+  // The staging must stay until the last stores have read it.
+  if (tid % 128 == 0) BulkWaitAll();
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
+}
+
+}  // namespace boulder::kernels::cuda::fp8gemm
+
+#endif  // BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_CUH_
