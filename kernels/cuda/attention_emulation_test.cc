@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -254,6 +255,9 @@ void RunBlock(int threads, const std::function<void()>& body) {
       for (const Fiber& f : b.fibers) {
         if (!f.wg_open.empty() || !f.wg_groups.empty()) Die("a wgmma was never waited for");
         if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a TMA store was never waited for");
+      }
+      for (const Rendezvous& r : b.named) {
+        if (r.count != 0) Die("a named barrier was left with arrivals no thread waited for");
       }
       return;
     }
@@ -734,6 +738,14 @@ void NamedBarrier(int id, int threads) {
   }
   emu::WaitWhile(&r.gen, gen);
 }
+void NamedArrive(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.arrive operands");
+  emu::Rendezvous& r = emu::g_block.named[id];
+  if (++r.count == threads) {
+    r.count = 0;
+    ++r.gen;
+  }
+}
 template <bool kAE4, bool kBE4, int R>
 void WgmmaFp8(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   emu::WgOp op{false, 2 * R, 0, 0, desc_a, desc_b, scale_d, {0, 0, 0, 0}, d};
@@ -1054,10 +1066,11 @@ namespace {
 
 // Mirrors Launch in fp8_gemm_sm90.cu: a persistent grid of min(tiles, sms) CTAs (sms small,
 // so every CTA walks several tiles), one CTA at a time.
-template <int BN, bool kFast, bool kAE4, bool kBE4>
+// kPingPong: Fp8GemmSm90PingPongKernel (BN 128, fast accumulation).
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false>
 void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, const float* sb,
              const bf16* bias, int M, int N, int K, bool accumulate, int sms) {
-  using Cfg = GemmCfg<BN, kFast>;
+  using Cfg = std::conditional_t<kPingPong, PingPongCfg, GemmCfg<BN, kFast>>;
   if (Cfg::kSmemBytes > int(emu::kMaxSmem)) Die("dynamic shared memory over the device limit");
   CUtensorMap map_a, map_b, map_out;
   EncodeEmulatedMap(&map_a, a, K, M, 1, kBK, kBM);
@@ -1072,8 +1085,13 @@ void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, con
     std::memset(attn::smem, 0xff, emu::kMaxSmem);
     g_mbars.clear();
     emu::RunBlock(kThreads, [&] {
-      Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
-                                               accumulate ? 1 : 0);
+      if constexpr (kPingPong) {
+        Fp8GemmSm90PingPongKernel<kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
+                                              accumulate ? 1 : 0);
+      } else {
+        Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
+                                                 accumulate ? 1 : 0);
+      }
     });
   }
 }
@@ -1084,11 +1102,12 @@ struct GemmCase {
 };
 
 // out = sa·sb·a·bᵀ (+ bias) (+ out) on FP8 codes of N(0, 1) values, against float64.
-template <int BN, bool kFast, bool kAE4, bool kBE4>
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false>
 void CheckGemm(const GemmCase& c, int sms, uint32_t seed) {
   SCOPED_TRACE(testing::Message() << c.M << "x" << c.N << "x" << c.K << " BN " << BN
                                   << (kFast ? " fast" : " split") << (c.bias ? " bias" : "")
-                                  << (c.accumulate ? " accumulate" : "") << " sms " << sms);
+                                  << (c.accumulate ? " accumulate" : "") << " sms " << sms
+                                  << (kPingPong ? " ping-pong" : ""));
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   const Fp8Format fa = kAE4 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
@@ -1101,8 +1120,9 @@ void CheckGemm(const GemmCase& c, int sms, uint32_t seed) {
   for (auto& x : out) x = c.accumulate ? __float2bfloat16(nd(rng)) : __float2bfloat16(NAN);
   const std::vector<bf16> init = out;
   const float sa = 0.125f, sb = 0.03f;
-  RunGemm<BN, kFast, kAE4, kBE4>(out.data(), a.data(), &sa, b.data(), &sb,
-                                 c.bias ? bias.data() : nullptr, c.M, c.N, c.K, c.accumulate, sms);
+  RunGemm<BN, kFast, kAE4, kBE4, kPingPong>(out.data(), a.data(), &sa, b.data(), &sb,
+                                            c.bias ? bias.data() : nullptr, c.M, c.N, c.K,
+                                            c.accumulate, sms);
   double num = 0, den = 0, worst = 0, scale = 0;
   std::vector<double> want(out.size());
   for (int m = 0; m < c.M; ++m) {
@@ -1151,6 +1171,19 @@ TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
     CheckGemm<128, false, false, true>({128, 256, 768, false, true, false, false}, 1, 23);
     CheckGemm<128, false, true, false>({128, 256, 256, true, false, false, true}, 3, 24);
     CheckGemm<128, true, true, true>({256, 128, 640, true, true, true, false}, 1, 25);
+  }
+}
+
+// The ping-pong kernel: the warpgroups' turns with an odd and an even number of tiles per CTA
+// (6, 2, 2 and 1, 3 tiles), the stage ring (5 stages) wrapping inside and across tiles.
+TEST(Fp8GemmEmulationTest, PingPongTiles) {
+  emu::g_late_products = true;
+  for (bool greedy : {false, true}) {
+    emu::g_greedy = greedy;
+    CheckGemm<128, true, true, true, true>({256, 384, 768, true, true, true, false}, 1, 26);
+    CheckGemm<128, true, true, true, true>({128, 256, 384, true, true, false, false}, 1, 27);
+    CheckGemm<128, true, true, false, true>({384, 128, 256, true, false, false, true}, 2, 28);
+    CheckGemm<128, true, true, true, true>({384, 128, 128, true, true, true, false}, 1, 29);
   }
 }
 

@@ -5,8 +5,9 @@
 // accumulating), with the operand layouts of worker/engine/model_fp8.cc.
 //
 // Per shape: ms per call (median of --reps after warm-up, CUDA events) and TFLOP/s of cuBLASLt
-// and of our kernel with each tile, and how far our output is from cuBLASLt's (relative L2 and
-// the largest difference over the largest magnitude); per workload the FP8 GEMM time of one
+// and of our kernel with each tile and (fast accumulation) the ping-pong kernel, and how far our
+// kAuto output is from cuBLASLt's (relative L2 and the largest difference over the largest
+// magnitude); per workload the FP8 GEMM time of one
 // step with cuBLASLt, with our kernel everywhere, with the best of the two per shape, and with
 // Fp8GemmSm90Preferred's choice.
 //
@@ -141,9 +142,9 @@ int main(int argc, char** argv) {
     if (wanted.find(w.name) == std::string::npos) continue;
     std::printf("\n%s (tokens %d, C %d, F %d, %d layers)\n", w.name.c_str(), w.tokens, w.C, w.F,
                 w.layers);
-    std::printf("%-12s %6s %6s %6s | %8s %6s | %8s %6s | %8s %6s | %9s %9s\n", "gemm", "M", "N",
-                "K", "cublasLt", "TF/s", "own auto", "TF/s", "own 128", "TF/s", "rel L2",
-                "max/|max|");
+    std::printf("%-12s %6s %6s %6s | %8s %6s | %8s %6s | %8s %6s | %9s %6s | %9s %9s\n", "gemm",
+                "M", "N", "K", "cublasLt", "TF/s", "own auto", "TF/s", "own 128", "TF/s",
+                "ping-pong", "TF/s", "rel L2", "max/|max|");
     double step_lt = 0, step_own = 0, step_best = 0, step_pref = 0;
     for (const Call& c : StepCalls(w)) {
       const size_t na = size_t(c.M) * c.K, nb = size_t(c.N) * c.K, nd_ = size_t(c.M) * c.N;
@@ -216,15 +217,20 @@ int main(int argc, char** argv) {
       const float t_lt = MedianMs(run_lt, reps, stream);
       const float t_auto = MedianMs([&] { run_own(Fp8GemmTile::kAuto); }, reps, stream);
       const float t128 = MedianMs([&] { run_own(Fp8GemmTile::kN128); }, reps, stream);
+      // The ping-pong kernel takes fast accumulation only (split calls would time kN128 again).
+      const float tpp =
+          c.fast ? MedianMs([&] { run_own(Fp8GemmTile::kPingPong); }, reps, stream) : NAN;
       const double flop = 2.0 * c.M * c.N * c.K;
       auto tf = [&](float ms) { return flop / (ms * 1e-3) / 1e12; };
-      std::printf("%-12s %6d %6d %6d | %8.4f %6.0f | %8.4f %6.0f | %8.4f %6.0f | %9.2e %9.2e\n",
-                  c.name.c_str(), c.M, c.N, c.K, t_lt, tf(t_lt), t_auto, tf(t_auto), t128, tf(t128),
-                  std::sqrt(num / den), maxdiff / maxref);
+      std::printf(
+          "%-12s %6d %6d %6d | %8.4f %6.0f | %8.4f %6.0f | %8.4f %6.0f | %9.4f %6.0f | %9.2e "
+          "%9.2e\n",
+          c.name.c_str(), c.M, c.N, c.K, t_lt, tf(t_lt), t_auto, tf(t_auto), t128, tf(t128), tpp,
+          tf(tpp), std::sqrt(num / den), maxdiff / maxref);
       const float t_own = t_auto;
       step_lt += c.count * t_lt;
       step_own += c.count * t_own;
-      step_best += c.count * std::min({t_lt, t_auto, t128});
+      step_best += c.count * std::min({t_lt, t_auto, t128, c.fast ? tpp : t128});
       step_pref += c.count * (Fp8GemmSm90Preferred(c.M, c.N, c.K, c.fast) ? t_own : t_lt);
       for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias),
                       static_cast<void*>(d_lt), static_cast<void*>(d_own), static_cast<void*>(init),

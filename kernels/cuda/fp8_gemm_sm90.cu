@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/fp8_gemm_sm90.cuh"
 #include "kernels/cuda/fp8_gemm_sm90.h"
 
@@ -61,12 +63,15 @@ int SmCount() {
   return n;
 }
 
-template <int BN, bool kFast, bool kAE4, bool kBE4>
+// kPingPong: Fp8GemmSm90PingPongKernel (128-column tiles, fast accumulation).
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false>
 cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
                    const float* b_scale_inv, const bf16* bias, int M, int N, int K, bool accumulate,
                    cudaStream_t s) {
-  using Cfg = GemmCfg<BN, kFast>;
-  auto kernel = Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>;
+  static_assert(!kPingPong || (BN == 128 && kFast), "ping-pong: 128 columns, fast accumulation");
+  using Cfg = std::conditional_t<kPingPong, PingPongCfg, GemmCfg<BN, kFast>>;
+  auto kernel =
+      kPingPong ? Fp8GemmSm90PingPongKernel<kAE4, kBE4> : Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>;
   static int per_sm = [&] {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess) {
@@ -92,20 +97,20 @@ cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const 
   return cudaGetLastError();
 }
 
-template <int BN, bool kFast>
+template <int BN, bool kFast, bool kPingPong = false>
 cudaError_t LaunchTyped(bf16* out, const uint8_t* a, bool a_e4m3, const float* a_scale_inv,
                         const uint8_t* b, bool b_e4m3, const float* b_scale_inv, const bf16* bias,
                         int M, int N, int K, bool accumulate, cudaStream_t s) {
   if (a_e4m3 && b_e4m3) {
-    return Launch<BN, kFast, true, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
-                                         accumulate, s);
+    return Launch<BN, kFast, true, true, kPingPong>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N,
+                                                    K, accumulate, s);
   }
   if (b_e4m3) {
-    return Launch<BN, kFast, false, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
-                                          accumulate, s);
+    return Launch<BN, kFast, false, true, kPingPong>(out, a, a_scale_inv, b, b_scale_inv, bias, M,
+                                                     N, K, accumulate, s);
   }
-  return Launch<BN, kFast, true, false>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N, K,
-                                        accumulate, s);
+  return Launch<BN, kFast, true, false, kPingPong>(out, a, a_scale_inv, b, b_scale_inv, bias, M, N,
+                                                   K, accumulate, s);
 }
 
 }  // namespace
@@ -171,6 +176,10 @@ cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a
   if (tile == Fp8GemmTile::kAuto) {
     tile = Fp8GemmSm90AutoColumns(M, N, fast_accum, SmCount()) == 256 ? Fp8GemmTile::kN256
                                                                       : Fp8GemmTile::kN128;
+  }
+  if (tile == Fp8GemmTile::kPingPong && fast_accum) {
+    return LaunchTyped<128, true, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias,
+                                        M, N, K, accumulate, s);
   }
   if (tile == Fp8GemmTile::kN256) {
     return LaunchTyped<256, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias, M, N,

@@ -110,6 +110,10 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int x, int y, u
 __device__ __forceinline__ void NamedBarrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at named barrier id (of `threads` threads) without waiting.
+__device__ __forceinline__ void NamedArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y,
                                         uint32_t bar) {
   asm volatile(
@@ -444,6 +448,165 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   // The staging must stay until the last stores have read it.
+  if (tid % 128 == 0) BulkWaitAll();
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
+}
+
+// The ping-pong variant (fast accumulation only): each consumer warpgroup owns whole 128 × 128
+// tiles (two m64n128k32 products per k32 step, 128 accumulators per thread), the two taking
+// the CTA's tiles in turn. Their main loops alternate (named barriers 3 and 4: a warpgroup
+// starts its next main loop once the other has finished its own), so one warpgroup's
+// epilogue runs under the other's products. The producer warp loads the tiles' k-blocks in
+// order, as in Fp8GemmSm90Kernel; a stage is freed by the 4 warps of the warpgroup using it.
+struct PingPongCfg {
+  static constexpr int kABytes = kBM * kBK, kBBytes = 128 * kBK;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kWgOutBytes = kBM * 128 * 2;  // one warpgroup's tile, four 64 × 64 boxes
+  static constexpr int kOutBytes = 2 * kWgOutBytes;
+  static constexpr int kStages = (224 * 1024 - kOutBytes) / kStageBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+};
+
+template <bool kAE4, bool kBE4>
+__global__ void __launch_bounds__(kThreads, 1)
+    Fp8GemmSm90PingPongKernel(const __grid_constant__ CUtensorMap map_a,
+                              const __grid_constant__ CUtensorMap map_b,
+                              const __grid_constant__ CUtensorMap map_out, bf16* __restrict__ out,
+                              const bf16* __restrict__ bias, const float* __restrict__ a_scale_inv,
+                              const float* __restrict__ b_scale_inv, int M, int N, int K,
+                              int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = PingPongCfg;
+  constexpr int S = Cfg::kStages;
+  const uint32_t base = (SharedBase() + 1023u) & ~1023u;
+  const uint32_t a_base = base, b_base = base + S * Cfg::kABytes;
+  const uint32_t out_base = base + S * Cfg::kStageBytes;
+  const uint32_t full0 = out_base + Cfg::kOutBytes, empty0 = full0 + S * 8;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      MbarInit(full0 + 8 * s, 1);
+      MbarInit(empty0 + 8 * s, 4);  // the using warpgroup's warps
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  const int tiles_n = N / 128, tiles = (M / kBM) * tiles_n, kblocks = K / kBK;
+  const int my_tiles =
+      static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+
+  if (tid >= kConsumers) {
+    if (lane != 0) return;
+    PrefetchTensorMap(&map_a);
+    PrefetchTensorMap(&map_b);
+    const int total = my_tiles * kblocks;
+    for (int it = 0; it < total; ++it) {
+      const int s = it % S;
+      MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
+      const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
+      const uint32_t full = full0 + 8 * s;
+      MbarExpectTx(full, Cfg::kStageBytes);
+      TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, (t / tiles_n) * kBM, full);
+      TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, (t % tiles_n) * 128, full);
+    }
+    return;
+  }
+
+  const int wg = warp / 4, w4 = warp % 4;
+  auto release = [&](int s) {
+    if (lane == 0) MbarArrive(empty0 + 8 * s);
+  };
+  const float alpha = *a_scale_inv * *b_scale_inv;
+  float acc[2][64];  // rows 0-63 and 64-127 of the tile
+  for (int i = wg; i < my_tiles; i += 2) {
+    const int t = blockIdx.x + i * gridDim.x, tm = t / tiles_n, tn = t % tiles_n;
+    if (i > 0) NamedBarrier(3 + wg, 256);  // the other warpgroup's main loop is done
+    int it = i * kblocks;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % S;
+      MbarWait(full0 + 8 * s, (it / S) & 1);
+      const uint32_t a_tile = a_base + s * Cfg::kABytes, b_tile = b_base + s * Cfg::kBBytes;
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 32; ++kk) {
+        const uint64_t db = wgmma::Desc(b_tile + 32 * kk, 16, 1024);
+        const int scale_d = (kb > 0 || kk > 0) ? 1 : 0;
+        WgmmaFp8<kAE4, kBE4>(acc[0], wgmma::Desc(a_tile + 32 * kk, 16, 1024), db, scale_d);
+        WgmmaFp8<kAE4, kBE4>(acc[1], wgmma::Desc(a_tile + 64 * 128 + 32 * kk, 16, 1024), db,
+                             scale_d);
+      }
+      wgmma::Commit();
+      if (kb > 0) {
+        wgmma::Wait<1>();
+        release((it - 1) % S);
+      }
+    }
+    wgmma::Wait<0>();
+    wgmma::FenceOperand(acc[0]);
+    wgmma::FenceOperand(acc[1]);
+    release((it - 1) % S);
+    if (i + 1 < my_tiles) NamedArrive(3 + (1 - wg), 256);  // the other may start its next
+
+    // Epilogue, as Fp8GemmSm90Kernel's, for 128 rows: acc[half] holds rows 16·w4 + g (+ 8) of
+    // the 64-row half.
+    const int g = lane / 4, q = lane % 4;
+    if (!accumulate) {
+      const uint32_t stage = out_base + wg * Cfg::kWgOutBytes;
+      const bool issuer = tid % 128 == 0;
+      if (issuer) BulkWaitRead();
+      NamedBarrier(1 + wg, 128);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int col = tn * 128 + 8 * j + 2 * q;
+        float2 b2 = make_float2(0.f, 0.f);
+        if (bias != nullptr) {
+          b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = w4 * 16 + g + 8 * h;  // row within the 64-row half; r % 8 == g
+            const __nv_bfloat162 v =
+                __float22bfloat162_rn(make_float2(acc[half][4 * j + 2 * h] * alpha + b2.x,
+                                                  acc[half][4 * j + 2 * h + 1] * alpha + b2.y));
+            const uint32_t addr =
+                stage + (half * 2 + j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
+            StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+          }
+        }
+      }
+      wgmma::FenceProxyAsync();
+      NamedBarrier(1 + wg, 128);
+      if (issuer) {
+#pragma unroll
+        for (int box = 0; box < 4; ++box) {
+          TmaStore(&map_out, tn * 128 + (box % 2) * 64, tm * kBM + (box / 2) * 64,
+                   stage + box * 8192);
+        }
+        BulkCommit();
+      }
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row0 = tm * kBM + half * 64 + w4 * 16 + g;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int col = tn * 128 + 8 * j + 2 * q;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            __nv_bfloat162* p =
+                reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
+            const float2 o = __bfloat1622float2(*p);
+            *p = __float22bfloat162_rn(make_float2(acc[half][4 * j + 2 * h] * alpha + o.x,
+                                                   acc[half][4 * j + 2 * h + 1] * alpha + o.y));
+          }
+        }
+      }
+    }
+  }
   if (tid % 128 == 0) BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }

@@ -36,7 +36,10 @@ namespace boulder::kernels::cuda {
 // Output tiles of 128 rows × 256 or 128 columns (256 needs fast accumulation, since split
 // accumulation needs twice the registers, and N a multiple of 256); kAuto:
 // Fp8GemmSm90AutoColumns's choice.
-enum class Fp8GemmTile { kAuto, kN256, kN128 };
+// kPingPong (fast accumulation only, else kN128): 128 × 128 tiles, each consumer warpgroup
+// owning whole tiles in turn so one's epilogue runs under the other's products
+// (Fp8GemmSm90PingPongKernel); checked on the emulated GPU, not yet timed on a GPU.
+enum class Fp8GemmTile { kAuto, kN256, kN128, kPingPong };
 
 // The tile width kAuto takes on a device of `sms` multiprocessors: 256 where allowed unless its
 // last round of tiles leaves enough of the device idle that 128 finishes first (on the H200 this

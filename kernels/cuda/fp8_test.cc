@@ -392,8 +392,10 @@ TEST_F(CudaFp8GemmTest, DgradAndWgradWithE5M2Gradients) {
 TEST_F(CudaFp8GemmTest, OwnSm90KernelMatchesEmulation) {
   if (!Fp8GemmSm90Available()) GTEST_SKIP() << "our FP8 GEMM needs compute capability 9.0";
   const Fp8Format e4 = Fp8Format::kE4M3, e5 = Fp8Format::kE5M2;
-  for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128}) {
-    SCOPED_TRACE(tile == Fp8GemmTile::kN128 ? "tile 128" : "auto tile (256 where fast)");
+  for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128, Fp8GemmTile::kPingPong}) {
+    SCOPED_TRACE(tile == Fp8GemmTile::kN128       ? "tile 128"
+                 : tile == Fp8GemmTile::kPingPong ? "ping-pong (128 where split)"
+                                                  : "auto tile");
     gpu_->set_fp8_gemm(CudaBackend::Fp8Gemm::kSm90, tile);
     Case(256, 2304, 768, e4, e4, true, false, true);
     Case(128, 128, 128, e4, e4, false, false, false);
