@@ -6,7 +6,8 @@
 // its best shape; its epilogue writes overlap the products only in part
 // (bench/gpu-2026-12-04.md, "Where cuBLASLt's FP8 GEMMs lose time").
 //
-// How (fp8_gemm_sm90.cu): one CTA per multiprocessor (persistent) walks 128 × BN output
+// How (the kernel: fp8_gemm_sm90.cuh; tensor maps and launch: fp8_gemm_sm90.cu): one CTA per
+// multiprocessor (persistent) walks 128 × BN output
 // tiles (BN 256 for fast accumulation where N allows, else 128). A producer warp streams
 // 128-byte-deep k-blocks of a (128 rows) and b (BN rows) into a ring of shared-memory stages
 // with TMA (128-byte swizzle, mbarrier completion), running on into the next tile while two
@@ -23,6 +24,8 @@
 // k and with split accumulation; CudaBackend routes calls by Fp8GemmSm90Preferred.
 //
 // The order of every sum is fixed by the shapes: results are bit-identical from run to run.
+// Tests: cuda_fp8_test (on the GPU, against the CPU emulation), attention_emulation_test (the
+// kernels on an emulated GPU, in CI), fp8_gemm_sm90_test (the host-side choices).
 #ifndef BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
 #define BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
 
