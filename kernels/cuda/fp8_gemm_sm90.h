@@ -7,8 +7,8 @@
 // (bench/gpu-2026-12-04.md, "Where cuBLASLt's FP8 GEMMs lose time").
 //
 // How (the kernel: fp8_gemm_sm90.cuh; tensor maps and launch: fp8_gemm_sm90.cu): one CTA per
-// multiprocessor (persistent) walks 128 × BN output
-// tiles (BN 256 for fast accumulation where N allows, else 128). A producer warp streams
+// multiprocessor (persistent) walks 128 × BN output tiles (BN 256 for fast accumulation where
+// N allows, else 128). A producer warp streams
 // 128-byte-deep k-blocks of a (128 rows) and b (BN rows) into a ring of shared-memory stages
 // with TMA (128-byte swizzle, mbarrier completion), running on into the next tile while two
 // consumer warpgroups (64 rows each) finish the current one. The consumers issue wgmma
