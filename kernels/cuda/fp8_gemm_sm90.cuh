@@ -40,6 +40,7 @@ struct GemmCfg {
   // BN / 2 FP32 accumulators per consumer thread (64 rows × BN per warpgroup), twice that for
   // split accumulation: at most 128, which fits 288 threads of up to 224 registers, so one
   // CTA per multiprocessor with as many stages as 192 KB of shared memory holds.
+  static constexpr int kBN = BN;
   static constexpr int kABytes = kBM * kBK, kBBytes = BN * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
   // The output tile's staging for the TMA store: 128 rows × BN BF16, as 64-column boxes of
@@ -170,6 +171,125 @@ __device__ __forceinline__ void WgmmaFp8(float (&d)[64], uint64_t desc_a, uint64
 #undef BOULDER_WGMMA_FP8_N128
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL && !BOULDER_ATTENTION_EMULATION
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+// ---- Pieces of both kernels (Fp8GemmSm90Kernel, Fp8GemmSm90PingPongKernel) ----------------
+
+// A CTA's shared memory (Cfg: GemmCfg or PingPongCfg): the stages' a and b tiles, the output
+// staging, then the full and empty barriers, from the 1024-byte-aligned base.
+struct Smem {
+  uint32_t a, b, out, full, empty;
+};
+template <class Cfg>
+__device__ __forceinline__ Smem SmemOf() {
+  const uint32_t base = (SharedBase() + 1023u) & ~1023u;
+  const uint32_t out = base + Cfg::kStages * Cfg::kStageBytes;
+  const uint32_t full = out + Cfg::kOutBytes;
+  return {base, base + Cfg::kStages * Cfg::kABytes, out, full, full + Cfg::kStages * 8};
+}
+
+// Thread 0 sets up every stage's barriers (full: the producer's arrival plus the bytes;
+// empty: one arrival per warp that uses the stage), then the block synchronises.
+template <class Cfg>
+__device__ __forceinline__ void InitStageBarriers(const Smem& sm, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      MbarInit(sm.full + 8 * s, 1);
+      MbarInit(sm.empty + 8 * s, consumer_warps);
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+}
+
+// How many of the tiles this CTA takes (blockIdx.x, blockIdx.x + gridDim.x, ...).
+__device__ __forceinline__ int CtaTiles(int tiles) {
+  return static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+}
+
+// The producer (lane 0 of the last warp): loads every iteration (the CTA's tile i, k-block
+// kb, numbered i · kblocks + kb) into its stage as soon as the consumers have freed it.
+template <class Cfg>
+__device__ __forceinline__ void ProduceStages(const Smem& sm, const CUtensorMap* map_a,
+                                              const CUtensorMap* map_b, int my_tiles, int kblocks,
+                                              int tiles_n) {
+  constexpr int S = Cfg::kStages;
+  PrefetchTensorMap(map_a);
+  PrefetchTensorMap(map_b);
+  const int total = my_tiles * kblocks;
+  for (int it = 0; it < total; ++it) {
+    const int s = it % S;
+    MbarWait(sm.empty + 8 * s, ((it / S) & 1) ^ 1);
+    const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
+    const uint32_t full = sm.full + 8 * s;
+    MbarExpectTx(full, Cfg::kStageBytes);
+    TmaLoad(sm.a + s * Cfg::kABytes, map_a, kb * kBK, (t / tiles_n) * kBM, full);
+    TmaLoad(sm.b + s * Cfg::kBBytes, map_b, kb * kBK, (t % tiles_n) * Cfg::kBN, full);
+  }
+}
+
+// The epilogue of a 64-row band whose accumulators a warpgroup holds (wgmma.cuh: warp w4 has
+// rows 16·w4 + g and 16·w4 + g + 8; acc[4j + 2h + c] is column 8j + 2q + c of row + 8h), kCols
+// columns from col0. StageBand writes alpha · acc + bias as BF16 into the band's swizzled
+// 64 × 64 staging boxes from `stage`; StoreBand stores those boxes with TMA at (x0, y0);
+// AccumulateBand adds alpha · acc to out in place instead (row0: the thread's first row).
+template <int kCols>
+__device__ __forceinline__ void StageBand(const float (&acc)[kCols / 2], uint32_t stage, int col0,
+                                          const bf16* bias, float alpha, int w4, int g, int q) {
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    const int col = col0 + 8 * j + 2 * q;
+    float2 b2 = make_float2(0.f, 0.f);
+    if (bias != nullptr) {
+      b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = w4 * 16 + g + 8 * h;  // r % 8 == g
+      const __nv_bfloat162 v = __float22bfloat162_rn(
+          make_float2(acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
+      const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
+      StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+    }
+  }
+}
+template <int kCols>
+__device__ __forceinline__ void StoreBand(const CUtensorMap* map, uint32_t stage, int x0, int y0) {
+#pragma unroll
+  for (int box = 0; box < kCols / 64; ++box) TmaStore(map, x0 + box * 64, y0, stage + box * 8192);
+}
+template <int kCols>
+__device__ __forceinline__ void AccumulateBand(const float (&acc)[kCols / 2], bf16* out, int row0,
+                                               int col0, int N, float alpha, int q) {
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    const int col = col0 + 8 * j + 2 * q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
+      const float2 o = __bfloat1622float2(*p);
+      *p = __float22bfloat162_rn(
+          make_float2(acc[4 * j + 2 * h] * alpha + o.x, acc[4 * j + 2 * h + 1] * alpha + o.y));
+    }
+  }
+}
+
+// The staged epilogue of warpgroup wg: its first thread (issuer) waits until its previous
+// stores have read the staging, the warpgroup fills it (fill()), then the issuer starts the
+// TMA stores (store()), which run while the warpgroup goes on.
+template <class Fill, class Store>
+__device__ __forceinline__ void StagedEpilogue(int wg, bool issuer, Fill fill, Store store) {
+  if (issuer) BulkWaitRead();
+  NamedBarrier(1 + wg, 128);
+  fill();
+  wgmma::FenceProxyAsync();
+  NamedBarrier(1 + wg, 128);
+  if (issuer) {
+    store();
+    BulkCommit();
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
+
 template <int BN, bool kFast, bool kAE4, bool kBE4>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmSm90Kernel(const __grid_constant__ CUtensorMap map_a,
@@ -181,47 +301,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   using Cfg = GemmCfg<BN, kFast>;
   constexpr int S = Cfg::kStages;
   constexpr int kAcc = BN / 2;  // accumulators per consumer thread
-  const uint32_t base = (SharedBase() + 1023u) & ~1023u;
-  const uint32_t a_base = base, b_base = base + S * Cfg::kABytes;
-  const uint32_t out_base = base + S * Cfg::kStageBytes;
-  const uint32_t full0 = out_base + Cfg::kOutBytes, empty0 = full0 + S * 8;
-
+  const Smem sm = SmemOf<Cfg>();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      MbarInit(full0 + 8 * s, 1);
-      MbarInit(empty0 + 8 * s, kConsumers / 32);
-    }
-    FenceMbarrierInit();
-  }
-  __syncthreads();
-
-  const int tiles_n = N / BN, tiles = (M / kBM) * tiles_n, kblocks = K / kBK;
-  const int my_tiles =
-      static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-
+  InitStageBarriers<Cfg>(sm, kConsumers / 32);
+  const int tiles_n = N / BN, my_tiles = CtaTiles((M / kBM) * tiles_n), kblocks = K / kBK;
   if (tid >= kConsumers) {
-    // The producer warp: lane 0 loads every iteration's stage once the consumers free it.
-    if (lane != 0) return;
-    PrefetchTensorMap(&map_a);
-    PrefetchTensorMap(&map_b);
-    const int total = my_tiles * kblocks;
-    for (int it = 0; it < total; ++it) {
-      const int s = it % S;
-      MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
-      const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
-      const uint32_t full = full0 + 8 * s;
-      MbarExpectTx(full, Cfg::kStageBytes);
-      TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, (t / tiles_n) * kBM, full);
-      TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, (t % tiles_n) * BN, full);
-    }
+    if (lane == 0) ProduceStages<Cfg>(sm, &map_a, &map_b, my_tiles, kblocks, tiles_n);
     return;
   }
 
   // Consumers. A warp is done with stage s once its products on it have retired.
   const int wg = warp / 4;
   auto release = [&](int s) {
-    if (lane == 0) MbarArrive(empty0 + 8 * s);
+    if (lane == 0) MbarArrive(sm.empty + 8 * s);
   };
   const float alpha = *a_scale_inv * *b_scale_inv;
   float acc[kAcc];
@@ -231,9 +323,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int t = blockIdx.x + i * gridDim.x, tm = t / tiles_n, tn = t % tiles_n;
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int s = it % S;
-      MbarWait(full0 + 8 * s, (it / S) & 1);
-      const uint32_t a_tile = a_base + s * Cfg::kABytes + wg * 64 * 128;
-      const uint32_t b_tile = b_base + s * Cfg::kBBytes;
+      MbarWait(sm.full + 8 * s, (it / S) & 1);
+      const uint32_t a_tile = sm.a + s * Cfg::kABytes + wg * 64 * 128;
+      const uint32_t b_tile = sm.b + s * Cfg::kBBytes;
       wgmma::Fence();
       if constexpr (kFast) {
 #pragma unroll
@@ -271,53 +363,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 8j + 2q + 1 (wgmma.cuh).
     const int g = lane / 4, q = lane % 4;
     if (!accumulate) {
-      // Through shared memory: the warpgroup's 64 rows, then BN / 64 TMA stores issued by its
-      // first thread, which run while the warpgroup goes on to its next tile. Before writing,
-      // that thread waits until its previous tile's stores have read the staging.
-      const uint32_t stage = out_base + wg * (Cfg::kOutBytes / 2);
-      const bool issuer = tid % 128 == 0;
-      if (issuer) BulkWaitRead();
-      NamedBarrier(1 + wg, 128);
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = tn * BN + 8 * j + 2 * q;
-        float2 b2 = make_float2(0.f, 0.f);
-        if (bias != nullptr) {
-          b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = (warp % 4) * 16 + g + 8 * h;  // r % 8 == g
-          const __nv_bfloat162 v = __float22bfloat162_rn(make_float2(
-              acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
-          const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
-          StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
-        }
-      }
-      wgmma::FenceProxyAsync();
-      NamedBarrier(1 + wg, 128);
-      if (issuer) {
-#pragma unroll
-        for (int box = 0; box < BN / 64; ++box) {
-          TmaStore(&map_out, tn * BN + box * 64, tm * kBM + wg * 64, stage + box * 8192);
-        }
-        BulkCommit();
-      }
+      // Through shared memory: the warpgroup's 64 rows, then BN / 64 TMA stores.
+      const uint32_t stage = sm.out + wg * (Cfg::kOutBytes / 2);
+      StagedEpilogue(
+          wg, tid % 128 == 0,
+          [&] { StageBand<BN>(acc, stage, tn * BN, bias, alpha, warp % 4, g, q); },
+          [&] { StoreBand<BN>(&map_out, stage, tn * BN, tm * kBM + wg * 64); });
     } else {
-      // Accumulating (out += ...): each thread reads and writes its own pairs.
-      const int row0 = tm * kBM + wg * 64 + (warp % 4) * 16 + g;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = tn * BN + 8 * j + 2 * q;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          __nv_bfloat162* p =
-              reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
-          const float2 o = __bfloat1622float2(*p);
-          *p = __float22bfloat162_rn(
-              make_float2(acc[4 * j + 2 * h] * alpha + o.x, acc[4 * j + 2 * h + 1] * alpha + o.y));
-        }
-      }
+      AccumulateBand<BN>(acc, out, tm * kBM + wg * 64 + (warp % 4) * 16 + g, tn * BN, N, alpha, q);
     }
   }
   // The staging must stay until the last stores have read it.
@@ -332,6 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // epilogue runs under the other's products. The producer warp loads the tiles' k-blocks in
 // order, as in Fp8GemmSm90Kernel; a stage is freed by the 4 warps of the warpgroup using it.
 struct PingPongCfg {
+  static constexpr int kBN = 128;
   static constexpr int kABytes = kBM * kBK, kBBytes = 128 * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kWgOutBytes = kBM * 128 * 2;  // one warpgroup's tile, four 64 × 64 boxes
@@ -351,45 +405,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
   using Cfg = PingPongCfg;
   constexpr int S = Cfg::kStages;
-  const uint32_t base = (SharedBase() + 1023u) & ~1023u;
-  const uint32_t a_base = base, b_base = base + S * Cfg::kABytes;
-  const uint32_t out_base = base + S * Cfg::kStageBytes;
-  const uint32_t full0 = out_base + Cfg::kOutBytes, empty0 = full0 + S * 8;
-
+  const Smem sm = SmemOf<Cfg>();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      MbarInit(full0 + 8 * s, 1);
-      MbarInit(empty0 + 8 * s, 4);  // the using warpgroup's warps
-    }
-    FenceMbarrierInit();
-  }
-  __syncthreads();
-
-  const int tiles_n = N / 128, tiles = (M / kBM) * tiles_n, kblocks = K / kBK;
-  const int my_tiles =
-      static_cast<int>(blockIdx.x) < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-
+  InitStageBarriers<Cfg>(sm, 4);  // the using warpgroup's warps
+  const int tiles_n = N / 128, my_tiles = CtaTiles((M / kBM) * tiles_n), kblocks = K / kBK;
   if (tid >= kConsumers) {
-    if (lane != 0) return;
-    PrefetchTensorMap(&map_a);
-    PrefetchTensorMap(&map_b);
-    const int total = my_tiles * kblocks;
-    for (int it = 0; it < total; ++it) {
-      const int s = it % S;
-      MbarWait(empty0 + 8 * s, ((it / S) & 1) ^ 1);
-      const int t = blockIdx.x + (it / kblocks) * gridDim.x, kb = it % kblocks;
-      const uint32_t full = full0 + 8 * s;
-      MbarExpectTx(full, Cfg::kStageBytes);
-      TmaLoad(a_base + s * Cfg::kABytes, &map_a, kb * kBK, (t / tiles_n) * kBM, full);
-      TmaLoad(b_base + s * Cfg::kBBytes, &map_b, kb * kBK, (t % tiles_n) * 128, full);
-    }
+    if (lane == 0) ProduceStages<Cfg>(sm, &map_a, &map_b, my_tiles, kblocks, tiles_n);
     return;
   }
 
   const int wg = warp / 4, w4 = warp % 4;
   auto release = [&](int s) {
-    if (lane == 0) MbarArrive(empty0 + 8 * s);
+    if (lane == 0) MbarArrive(sm.empty + 8 * s);
   };
   const float alpha = *a_scale_inv * *b_scale_inv;
   float acc[2][64];  // rows 0-63 and 64-127 of the tile
@@ -399,8 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int it = i * kblocks;
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int s = it % S;
-      MbarWait(full0 + 8 * s, (it / S) & 1);
-      const uint32_t a_tile = a_base + s * Cfg::kABytes, b_tile = b_base + s * Cfg::kBBytes;
+      MbarWait(sm.full + 8 * s, (it / S) & 1);
+      const uint32_t a_tile = sm.a + s * Cfg::kABytes, b_tile = sm.b + s * Cfg::kBBytes;
       wgmma::Fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 32; ++kk) {
@@ -426,57 +453,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     // the 64-row half.
     const int g = lane / 4, q = lane % 4;
     if (!accumulate) {
-      const uint32_t stage = out_base + wg * Cfg::kWgOutBytes;
-      const bool issuer = tid % 128 == 0;
-      if (issuer) BulkWaitRead();
-      NamedBarrier(1 + wg, 128);
+      const uint32_t stage = sm.out + wg * Cfg::kWgOutBytes;  // the halves' boxes, 16 KB apart
+      StagedEpilogue(
+          wg, tid % 128 == 0,
+          [&] {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int col = tn * 128 + 8 * j + 2 * q;
-        float2 b2 = make_float2(0.f, 0.f);
-        if (bias != nullptr) {
-          b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-        }
+            for (int half = 0; half < 2; ++half) {
+              StageBand<128>(acc[half], stage + half * 16384, tn * 128, bias, alpha, w4, g, q);
+            }
+          },
+          [&] {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = w4 * 16 + g + 8 * h;  // row within the 64-row half; r % 8 == g
-            const __nv_bfloat162 v =
-                __float22bfloat162_rn(make_float2(acc[half][4 * j + 2 * h] * alpha + b2.x,
-                                                  acc[half][4 * j + 2 * h + 1] * alpha + b2.y));
-            const uint32_t addr =
-                stage + (half * 2 + j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
-            StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
-          }
-        }
-      }
-      wgmma::FenceProxyAsync();
-      NamedBarrier(1 + wg, 128);
-      if (issuer) {
-#pragma unroll
-        for (int box = 0; box < 4; ++box) {
-          TmaStore(&map_out, tn * 128 + (box % 2) * 64, tm * kBM + (box / 2) * 64,
-                   stage + box * 8192);
-        }
-        BulkCommit();
-      }
+            for (int half = 0; half < 2; ++half) {
+              StoreBand<128>(&map_out, stage + half * 16384, tn * 128, tm * kBM + half * 64);
+            }
+          });
     } else {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row0 = tm * kBM + half * 64 + w4 * 16 + g;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int col = tn * 128 + 8 * j + 2 * q;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            __nv_bfloat162* p =
-                reinterpret_cast<__nv_bfloat162*>(out + size_t(row0 + 8 * h) * N + col);
-            const float2 o = __bfloat1622float2(*p);
-            *p = __float22bfloat162_rn(make_float2(acc[half][4 * j + 2 * h] * alpha + o.x,
-                                                   acc[half][4 * j + 2 * h + 1] * alpha + o.y));
-          }
-        }
+        AccumulateBand<128>(acc[half], out, tm * kBM + half * 64 + w4 * 16 + g, tn * 128, N, alpha,
+                            q);
       }
     }
   }
