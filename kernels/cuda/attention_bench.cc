@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "kernels/cuda/bench_check.h"
 #include "kernels/cuda/ops.h"
 
 namespace boulder::kernels::cuda {
@@ -36,15 +37,6 @@ constexpr Shape kShapes[] = {
     {"gpt2", 16, 1024, 12, 64, 12},  // GPT-2 124M, batch 16 × 1024
     {"h2048", 8, 1024, 16, 128, 8},  // hidden 2048, 16 heads, 8 layers, batch 8 × 1024
 };
-
-#define BENCH_CHECK(call)                                                                         \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 // Fresh pseudo-random BF16 values, roughly N(0, 1) (sum of four uniforms, rescaled).
 std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_check.h"
 #include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/matmul.h"
 
@@ -36,15 +37,6 @@ using boulder::kernels::cuda::Fp8GemmSm90Preferred;
 using boulder::kernels::cuda::Fp8GemmTile;
 using boulder::kernels::cuda::GemmShape;
 using boulder::kernels::cuda::LtMatmul;
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 struct Call {
   std::string name;
@@ -75,28 +67,28 @@ std::vector<Call> StepCalls(const Workload& w) {
 template <typename F>
 float MedianMs(F&& run, int reps, cudaStream_t s) {
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  BENCH_CHECK(cudaEventCreate(&a));
+  BENCH_CHECK(cudaEventCreate(&b));
   for (int i = 0; i < 3; ++i) run();
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
+    BENCH_CHECK(cudaEventRecord(a, s));
     run();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
+    BENCH_CHECK(cudaEventRecord(b, s));
+    BENCH_CHECK(cudaEventSynchronize(b));
     float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
+    BENCH_CHECK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms);
   }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  BENCH_CHECK(cudaEventDestroy(a));
+  BENCH_CHECK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
 std::vector<float> Download(const __nv_bfloat16* p, size_t n) {
   std::vector<__nv_bfloat16> h(n);
-  CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  BENCH_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
   return f;
@@ -130,9 +122,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaStream_t stream;
-  CK(cudaStreamCreate(&stream));
+  BENCH_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("fp8_gemm_bench on %s (%d SMs), median of %d calls, ms per call\n", prop.name,
               prop.multiProcessorCount, reps);
   std::mt19937 rng(7);
@@ -160,20 +152,21 @@ int main(int argc, char** argv) {
       uint8_t *a, *b;
       __nv_bfloat16 *bias, *d_lt, *d_own, *init;
       float* scales;
-      CK(cudaMalloc(&a, na));
-      CK(cudaMalloc(&b, nb));
-      CK(cudaMalloc(&bias, c.N * 2));
-      CK(cudaMalloc(&d_lt, nd_ * 2));
-      CK(cudaMalloc(&d_own, nd_ * 2));
-      CK(cudaMalloc(&init, nd_ * 2));
-      CK(cudaMalloc(&scales, 512));  // a's at 0, b's at 256 bytes (cuBLASLt wants them aligned)
+      BENCH_CHECK(cudaMalloc(&a, na));
+      BENCH_CHECK(cudaMalloc(&b, nb));
+      BENCH_CHECK(cudaMalloc(&bias, c.N * 2));
+      BENCH_CHECK(cudaMalloc(&d_lt, nd_ * 2));
+      BENCH_CHECK(cudaMalloc(&d_own, nd_ * 2));
+      BENCH_CHECK(cudaMalloc(&init, nd_ * 2));
+      BENCH_CHECK(
+          cudaMalloc(&scales, 512));  // a's at 0, b's at 256 bytes (cuBLASLt wants them aligned)
       const float hs[2] = {c.a_e4m3 ? 0.05f : 40.f, 0.02f};
-      CK(cudaMemcpy(a, ha.data(), na, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(b, hb.data(), nb, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(bias, hbias.data(), c.N * 2, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(init, hinit.data(), nd_ * 2, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(scales, hs, 4, cudaMemcpyHostToDevice));
-      CK(cudaMemcpy(scales + 64, hs + 1, 4, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(a, ha.data(), na, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(b, hb.data(), nb, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(bias, hbias.data(), c.N * 2, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(init, hinit.data(), nd_ * 2, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(scales, hs, 4, cudaMemcpyHostToDevice));
+      BENCH_CHECK(cudaMemcpy(scales + 64, hs + 1, 4, cudaMemcpyHostToDevice));
       // cuBLASLt as CudaBackend::MatmulFp8 calls it (column-major outᵀ = bᵀ(T) · a).
       GemmShape s;
       s.trans_a = true;
@@ -196,15 +189,16 @@ int main(int argc, char** argv) {
         }
       };
       auto run_own = [&](Fp8GemmTile tile) {
-        CK(Fp8GemmSm90(d_own, a, c.a_e4m3, scales, b, c.b_e4m3, scales + 64,
-                       c.bias ? bias : nullptr, c.M, c.N, c.K, c.accumulate, c.fast, stream, tile));
+        BENCH_CHECK(Fp8GemmSm90(d_own, a, c.a_e4m3, scales, b, c.b_e4m3, scales + 64,
+                                c.bias ? bias : nullptr, c.M, c.N, c.K, c.accumulate, c.fast,
+                                stream, tile));
       };
       // Correctness first, from the same initial output (accumulating calls add to it).
-      CK(cudaMemcpyAsync(d_lt, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
-      CK(cudaMemcpyAsync(d_own, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
+      BENCH_CHECK(cudaMemcpyAsync(d_lt, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
+      BENCH_CHECK(cudaMemcpyAsync(d_own, init, nd_ * 2, cudaMemcpyDeviceToDevice, stream));
       run_lt();
       run_own(Fp8GemmTile::kAuto);
-      CK(cudaStreamSynchronize(stream));
+      BENCH_CHECK(cudaStreamSynchronize(stream));
       const std::vector<float> want = Download(d_lt, nd_), got = Download(d_own, nd_);
       double num = 0, den = 0, maxdiff = 0, maxref = 0;
       for (size_t i = 0; i < nd_; ++i) {
@@ -235,7 +229,7 @@ int main(int argc, char** argv) {
       for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(bias),
                       static_cast<void*>(d_lt), static_cast<void*>(d_own), static_cast<void*>(init),
                       static_cast<void*>(scales)}) {
-        CK(cudaFree(p));
+        BENCH_CHECK(cudaFree(p));
       }
     }
     std::printf(

@@ -19,16 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/bench_check.h"
+
 namespace {
 
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e = (call);                                                                      \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 #define CKB(call)                                                        \
   do {                                                                   \
     cublasStatus_t e = (call);                                           \
@@ -88,10 +82,10 @@ int main(int argc, char** argv) {
   cublasLtHandle_t lt;
   CKB(cublasLtCreate(&lt));
   void* ws;
-  CK(cudaMalloc(&ws, kWorkspace));
+  BENCH_CHECK(cudaMalloc(&ws, kWorkspace));
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
 
   for (const Workload& w : all) {
     if (wanted.find(w.name) == std::string::npos) continue;
@@ -110,12 +104,12 @@ int main(int argc, char** argv) {
       const int ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k;
       const int br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
       void *A, *B, *D;
-      CK(cudaMalloc(&A, size_t(ar) * ac * 2));
-      CK(cudaMalloc(&B, size_t(br) * bc * 2));
-      CK(cudaMalloc(&D, size_t(g.m) * g.n * 2));
-      CK(cudaMemset(A, 0x3c, size_t(ar) * ac * 2));  // bf16 ~0.0115: finite, non-zero
-      CK(cudaMemset(B, 0x3c, size_t(br) * bc * 2));
-      CK(cudaMemset(D, 0, size_t(g.m) * g.n * 2));
+      BENCH_CHECK(cudaMalloc(&A, size_t(ar) * ac * 2));
+      BENCH_CHECK(cudaMalloc(&B, size_t(br) * bc * 2));
+      BENCH_CHECK(cudaMalloc(&D, size_t(g.m) * g.n * 2));
+      BENCH_CHECK(cudaMemset(A, 0x3c, size_t(ar) * ac * 2));  // bf16 ~0.0115: finite, non-zero
+      BENCH_CHECK(cudaMemset(B, 0x3c, size_t(br) * bc * 2));
+      BENCH_CHECK(cudaMemset(D, 0, size_t(g.m) * g.n * 2));
       cublasLtMatmulDesc_t desc;
       CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -129,8 +123,8 @@ int main(int argc, char** argv) {
         cudaDataType_t bt = CUDA_R_16BF;
         CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                            sizeof(bt)));
-        CK(cudaMalloc(&bias, size_t(g.m) * 2));
-        CK(cudaMemset(bias, 0, size_t(g.m) * 2));
+        BENCH_CHECK(cudaMalloc(&bias, size_t(g.m) * 2));
+        BENCH_CHECK(cudaMemset(bias, 0, size_t(g.m) * 2));
         CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias)));
       }
@@ -141,7 +135,7 @@ int main(int argc, char** argv) {
         cudaDataType_t at = CUDA_R_16BF;
         CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
                                            sizeof(at)));
-        CK(cudaMalloc(&aux, size_t(g.m) * g.n * 2));
+        BENCH_CHECK(cudaMalloc(&aux, size_t(g.m) * g.n * 2));
         CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                            sizeof(aux)));
       }
@@ -167,12 +161,12 @@ int main(int argc, char** argv) {
         };
         if (run() != CUBLAS_STATUS_SUCCESS) continue;
         for (int r = 0; r < 2; ++r) run();
-        CK(cudaEventRecord(e0));
+        BENCH_CHECK(cudaEventRecord(e0));
         for (int r = 0; r < reps; ++r) run();
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
+        BENCH_CHECK(cudaEventRecord(e1));
+        BENCH_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         const double per = ms / reps;
         if (i == 0) top1 = per;
         if (per < best) best = per, best_i = i;
@@ -187,11 +181,11 @@ int main(int argc, char** argv) {
       cublasLtMatrixLayoutDestroy(lb);
       cublasLtMatrixLayoutDestroy(ld);
       cublasLtMatmulDescDestroy(desc);
-      CK(cudaFree(A));
-      CK(cudaFree(B));
-      CK(cudaFree(D));
-      if (bias) CK(cudaFree(bias));
-      if (aux) CK(cudaFree(aux));
+      BENCH_CHECK(cudaFree(A));
+      BENCH_CHECK(cudaFree(B));
+      BENCH_CHECK(cudaFree(D));
+      if (bias) BENCH_CHECK(cudaFree(bias));
+      if (aux) BENCH_CHECK(cudaFree(aux));
     }
     std::printf("%s: GEMM time per step: heuristic top-1 %.2f ms, best candidate %.2f ms\n",
                 w.name.c_str(), step_top1, step_best);
