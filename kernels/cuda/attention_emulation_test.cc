@@ -284,6 +284,50 @@ float atomicAdd(float* p, float v) {  // one OS thread: plain addition is atomic
   return old;
 }
 int min(int a, int b) { return a < b ? a : b; }
+// What fp8_cast.cuh (the FP8 GEMM's fused GELU cast) uses: bit casts, unsigned max, warp-wide
+// reductions (a rendezvous, as the shuffle) and the atomics of its statistics.
+unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+unsigned WarpReduce(unsigned v, bool is_max) {
+  emu::Warp& w = emu::g_block.warps[emu::Tid() / 32];
+  w.words[emu::Tid() % 32][0] = v;
+  emu::WarpBarrier();
+  unsigned r = 0;
+  for (int l = 0; l < 32; ++l) r = is_max ? max(r, w.words[l][0]) : r + w.words[l][0];
+  emu::WarpBarrier();
+  return r;
+}
+unsigned __reduce_max_sync(unsigned, unsigned v) { return WarpReduce(v, true); }
+unsigned __reduce_add_sync(unsigned, unsigned v) { return WarpReduce(v, false); }
+unsigned atomicMax(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = max(old, v);
+  return old;
+}
+unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long old = *p;
+  *p = old + v;
+  return old;
+}
+// Declared for fp8_cast.cuh's Cast8 and FlushCastStats, which the emulated kernels do not call.
+unsigned __vmaxu2(unsigned, unsigned);
+unsigned __vcmpeq2(unsigned, unsigned);
+unsigned __vcmpeq4(unsigned, unsigned);
+int __popc(unsigned);
 
 namespace boulder::kernels::cuda::attn {
 
@@ -661,6 +705,16 @@ void PrefetchTensorMap(const CUtensorMap*) {}
 void StoreShared32(uint32_t addr, uint32_t v) {
   if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
   std::memcpy(attn::smem + addr, &v, 4);
+}
+void StoreShared16(uint32_t addr, uint16_t v) {
+  if (addr % 2 != 0 || addr + 2 > emu::g_block.smem_bytes) Die("st.shared.b16 out of bounds");
+  std::memcpy(attn::smem + addr, &v, 2);
+}
+uint32_t LoadShared32(uint32_t addr) {
+  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("ld.shared.b32 out of bounds");
+  uint32_t v;
+  std::memcpy(&v, attn::smem + addr, 4);
+  return v;
 }
 void MbarInit(uint32_t bar, int count) {
   if (bar % 8 != 0 || bar + 8 > emu::g_block.smem_bytes) Die("mbarrier outside shared memory");
@@ -1066,16 +1120,23 @@ namespace {
 
 // Mirrors Launch in fp8_gemm_sm90.cu: a persistent grid of min(tiles, sms) CTAs (sms small,
 // so every CTA walks several tiles), one CTA at a time.
-// kPingPong: Fp8GemmSm90PingPongKernel (BN 128, fast accumulation).
-template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false>
+// kPingPong: Fp8GemmSm90PingPongKernel (BN 128, fast accumulation). kGelu: the fused cast of
+// fc2's input into gelu_out (M × N codes) with gelu's scale and statistics.
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false, bool kGelu = false>
 void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, const float* sb,
-             const bf16* bias, int M, int N, int K, bool accumulate, int sms) {
+             const bf16* bias, int M, int N, int K, bool accumulate, int sms,
+             uint8_t* gelu_out = nullptr, GeluCastArgs gelu = {nullptr, nullptr, nullptr}) {
   using Cfg = std::conditional_t<kPingPong, PingPongCfg, GemmCfg<BN, kFast>>;
   if (Cfg::kSmemBytes > int(emu::kMaxSmem)) Die("dynamic shared memory over the device limit");
-  CUtensorMap map_a, map_b, map_out;
+  CUtensorMap map_a, map_b, map_out, map_gelu;
   EncodeEmulatedMap(&map_a, a, K, M, 1, kBK, kBM);
   EncodeEmulatedMap(&map_b, b, K, N, 1, kBK, BN);
   EncodeEmulatedMap(&map_out, out, N, M, 2, 64, 64);
+  if (kGelu) {
+    EncodeEmulatedMap(&map_gelu, gelu_out, N, M, 1, 128, 64);
+  } else {
+    map_gelu = map_out;
+  }
   const int tiles = (M / kBM) * (N / BN);
   gridDim = dim3(std::min(tiles, sms), 1, 1);
   blockDim = dim3(kThreads, 1, 1);
@@ -1086,11 +1147,11 @@ void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, con
     g_mbars.clear();
     emu::RunBlock(kThreads, [&] {
       if constexpr (kPingPong) {
-        Fp8GemmSm90PingPongKernel<kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
-                                              accumulate ? 1 : 0);
+        Fp8GemmSm90PingPongKernel<kAE4, kBE4, kGelu>(map_a, map_b, map_out, out, bias, sa, sb, M,
+                                                     N, K, accumulate ? 1 : 0, map_gelu, gelu);
       } else {
-        Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>(map_a, map_b, map_out, out, bias, sa, sb, M, N, K,
-                                                 accumulate ? 1 : 0);
+        Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4, kGelu>(map_a, map_b, map_out, out, bias, sa, sb, M,
+                                                        N, K, accumulate ? 1 : 0, map_gelu, gelu);
       }
     });
   }
@@ -1184,6 +1245,79 @@ TEST(Fp8GemmEmulationTest, PingPongTiles) {
     CheckGemm<128, true, true, true, true>({128, 256, 384, true, true, false, false}, 1, 27);
     CheckGemm<128, true, true, false, true>({384, 128, 256, true, false, false, true}, 2, 28);
     CheckGemm<128, true, true, true, true>({384, 128, 128, true, true, true, false}, 1, 29);
+  }
+}
+
+// The fused cast of fc2's input (kGelu): the BF16 output as CheckGemm checks it, and the
+// codes and statistics exactly as GeluCastFp8 makes them from that output: g = bf16(GeluTanh(x))
+// (common.cuh's, here on the host), E4M3 of g · scale (satfinite, the CPU backend's encoding),
+// amax the largest |g|, saturated |g · scale| > 448, underflow non-zero g with a zero code. The
+// scale is chosen so that some values saturate and some flush to zero.
+template <int BN, bool kPingPong>
+void CheckGeluGemm(int M, int N, int K, int sms, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << M << "x" << N << "x" << K << " BN " << BN << " sms " << sms
+                                  << (kPingPong ? " ping-pong" : "") << " GELU cast");
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint8_t> a(size_t(M) * K), b(size_t(N) * K);
+  for (auto& x : a) x = cpu::EncodeFp8(nd(rng) * 4.f, Fp8Format::kE4M3);
+  for (auto& x : b) x = cpu::EncodeFp8(nd(rng) * 4.f, Fp8Format::kE4M3);
+  std::vector<bf16> bias(N), out(size_t(M) * N, __float2bfloat16(NAN));
+  for (auto& x : bias) x = __float2bfloat16(nd(rng));
+  const float sa = 0.125f, sb = 0.03f;
+  // The largest output, in float64, sets the scale: values above 0.7 of it saturate.
+  double top = 0;
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) {
+        acc += double(cpu::DecodeFp8(a[size_t(m) * K + k], Fp8Format::kE4M3)) *
+               cpu::DecodeFp8(b[size_t(n) * K + k], Fp8Format::kE4M3);
+      }
+      top = std::max(top, double(sa) * sb * acc + __bfloat162float(bias[n]));
+    }
+  }
+  const float scale = float(448.0 / (0.7 * top));
+  std::vector<uint8_t> codes(size_t(M) * N, 0x7f);  // NaN codes: unwritten shows
+  float amax = 0;
+  unsigned long long counts[3] = {0, 0, 0};
+  RunGemm<BN, true, true, true, kPingPong, true>(out.data(), a.data(), &sa, b.data(), &sb,
+                                                 bias.data(), M, N, K, false, sms, codes.data(),
+                                                 {&scale, &amax, counts});
+  unsigned want_amax = 0;
+  unsigned long long want[3] = {0, 0, 0};
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float x = __bfloat162float(out[i]);
+    ASSERT_TRUE(std::isfinite(x)) << "output " << i / N << "," << i % N << " not written";
+    const float g = __bfloat162float(__float2bfloat16(GeluTanh(x)));
+    const float y = g * scale;
+    const uint8_t q = cpu::EncodeFp8(y, Fp8Format::kE4M3);
+    ASSERT_EQ(codes[i], q) << "code " << i / N << "," << i % N << " of GELU(" << x << ")";
+    unsigned bits;
+    std::memcpy(&bits, &g, 4);
+    want_amax = std::max(want_amax, bits & 0x7fffffffu);
+    if (std::fabs(y) > 448.f) ++want[0];
+    if (g != 0.f && (q & 0x7f) == 0) ++want[1];
+  }
+  unsigned got_amax;
+  std::memcpy(&got_amax, &amax, 4);
+  EXPECT_EQ(got_amax, want_amax) << "amax";
+  EXPECT_EQ(counts[0], want[0]) << "saturated";
+  EXPECT_EQ(counts[1], want[1]) << "underflow";
+  EXPECT_EQ(counts[2], 0u) << "non-finite";
+  EXPECT_GT(want[0], 0u) << "the test's scale saturates nothing";
+  EXPECT_GT(want[1], 0u) << "the test's scale flushes nothing";
+}
+
+// Both tiles and the ping-pong kernel with the GELU cast: one CTA walking several tiles (the
+// staging reused by the BF16 and the FP8 stores of each), and several CTAs.
+TEST(Fp8GemmEmulationTest, FusedGeluCast) {
+  emu::g_late_products = true;
+  for (bool greedy : {false, true}) {
+    emu::g_greedy = greedy;
+    CheckGeluGemm<256, false>(256, 512, 256, 1, 30);
+    CheckGeluGemm<128, false>(256, 256, 384, 3, 31);
+    CheckGeluGemm<128, true>(384, 256, 256, 2, 32);
   }
 }
 

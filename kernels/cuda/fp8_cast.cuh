@@ -29,11 +29,17 @@ __device__ __forceinline__ uint8_t ToFp8(float y, bool e4m3) {
               : __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E5M2);
 }
 
-// x · scale rounded to nearest even, subnormals kept whatever -ftz says.
+// x · scale rounded to nearest even, subnormals kept whatever -ftz says. (Host C++, as
+// attention_emulation_test compiles the FP8 GEMM's epilogue: a plain multiply, which flushes
+// nothing there.)
 __device__ __forceinline__ float MulRnNoFtz(float x, float scale) {
+#if defined(__CUDA_ARCH__)
   float y;
   asm("mul.rn.f32 %0, %1, %2;" : "=f"(y) : "f"(x), "f"(scale));
   return y;
+#else
+  return x * scale;
+#endif
 }
 
 // One thread's statistics of a cast (see Backend::CastFp8): amax as the bit pattern of |x|.
@@ -41,11 +47,9 @@ struct CastStats {
   unsigned int amax = 0, saturated = 0, underflow = 0, non_finite = 0;
 };
 
-// q = fp8(x · scale), counted into st.
-__device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, bool e4m3,
-                                           CastStats& st) {
-  const float y = MulRnNoFtz(x, scale);
-  const uint8_t q = ToFp8(y, e4m3);
+// The statistics of one value x cast as code q from y = x · scale.
+__device__ __forceinline__ void CountOne(float x, float y, unsigned q, float fp8_max,
+                                         CastStats& st) {
   const unsigned int abs_x = __float_as_uint(x) & 0x7FFFFFFFu;
   st.amax = max(st.amax, abs_x);
   if (abs_x >= 0x7F800000u) {  // inf or NaN
@@ -55,6 +59,14 @@ __device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, 
     if (fabsf(y) > fp8_max) ++st.saturated;
     if (abs_x != 0 && (q & 0x7F) == 0) ++st.underflow;
   }
+}
+
+// q = fp8(x · scale), counted into st.
+__device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, bool e4m3,
+                                           CastStats& st) {
+  const float y = MulRnNoFtz(x, scale);
+  const uint8_t q = ToFp8(y, e4m3);
+  CountOne(x, y, q, fp8_max, st);
   return q;
 }
 
@@ -62,6 +74,29 @@ __device__ __forceinline__ uint8_t CastOne(float x, float scale, float fp8_max, 
 template <bool kE4M3>
 __device__ __forceinline__ unsigned ToFp8x2(float a, float b) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kE4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// Two values -> their FP8 codes (x0's in the low byte), counted into st exactly as CastOne
+// counts each, the per-value tests only where the pair needs them: saturation and non-finite
+// values where the larger magnitude's product passes the format's max (|x·scale| grows with
+// |x|; NaN fails every comparison), underflow where a code has magnitude 0.
+template <bool kE4M3>
+__device__ __forceinline__ unsigned Cast2(float x0, float x1, float scale, CastStats& st) {
+  constexpr float kMax = kE4M3 ? kFp8E4M3Max : kFp8E5M2Max;
+  const float y0 = MulRnNoFtz(x0, scale), y1 = MulRnNoFtz(x1, scale);
+  const unsigned q = ToFp8x2<kE4M3>(y0, y1);
+  const unsigned m = max(__float_as_uint(x0) & 0x7FFFFFFFu, __float_as_uint(x1) & 0x7FFFFFFFu);
+  st.amax = max(st.amax, m);
+  if (!(MulRnNoFtz(__uint_as_float(m), scale) <= kMax) || (q & 0x7Fu) == 0 ||
+      (q & 0x7F00u) == 0) {
+    CastStats one;  // CastOne's counts of each (amax is counted above)
+    CountOne(x0, y0, q & 0xFFu, kMax, one);
+    CountOne(x1, y1, q >> 8, kMax, one);
+    st.saturated += one.saturated;
+    st.underflow += one.underflow;
+    st.non_finite += one.non_finite;
+  }
+  return q;
 }
 
 // 8 BF16 values packed in g (value j in half j%2 of word j/2, low half first) -> their FP8
@@ -112,6 +147,23 @@ __device__ __forceinline__ uint2 Cast8(uint4 g, float scale, CastStats& st, floa
     st.underflow += zero_codes / 8 - zero_inputs / 16;
   }
   return q;
+}
+
+// One warp's statistics into amax and counts (saturated, underflow, non-finite): a reduction
+// over the warp, then lane 0's atomics where non-zero. Every lane of the warp calls it.
+__device__ __forceinline__ void FlushWarpCastStats(CastStats st, float* amax,
+                                                   unsigned long long* counts, int lane) {
+  st.amax = __reduce_max_sync(0xffffffffu, st.amax);
+  st.saturated = __reduce_add_sync(0xffffffffu, st.saturated);
+  st.underflow = __reduce_add_sync(0xffffffffu, st.underflow);
+  st.non_finite = __reduce_add_sync(0xffffffffu, st.non_finite);
+  if (lane == 0) {
+    if (st.amax) atomicMax(reinterpret_cast<unsigned int*>(amax), st.amax);
+    const unsigned int n[3] = {st.saturated, st.underflow, st.non_finite};
+    for (int k = 0; k < 3; ++k) {
+      if (n[k]) atomicAdd(&counts[k], static_cast<unsigned long long>(n[k]));
+    }
+  }
 }
 
 // A block's statistics in shared memory.

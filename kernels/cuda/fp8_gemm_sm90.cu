@@ -63,15 +63,16 @@ int SmCount() {
   return n;
 }
 
-// kPingPong: Fp8GemmSm90PingPongKernel (128-column tiles, fast accumulation).
-template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false>
+// kPingPong: Fp8GemmSm90PingPongKernel (128-column tiles, fast accumulation). kGelu: the
+// kernels' fused cast of fc2's input (gelu).
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kPingPong = false, bool kGelu = false>
 cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const uint8_t* b,
                    const float* b_scale_inv, const bf16* bias, int M, int N, int K, bool accumulate,
-                   cudaStream_t s) {
+                   cudaStream_t s, const Fp8GemmGeluCast* gelu = nullptr) {
   static_assert(!kPingPong || (BN == 128 && kFast), "ping-pong: 128 columns, fast accumulation");
   using Cfg = std::conditional_t<kPingPong, PingPongCfg, GemmCfg<BN, kFast>>;
-  auto kernel =
-      kPingPong ? Fp8GemmSm90PingPongKernel<kAE4, kBE4> : Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4>;
+  auto kernel = kPingPong ? Fp8GemmSm90PingPongKernel<kAE4, kBE4, kGelu>
+                          : Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4, kGelu>;
   static int per_sm = [&] {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess) {
@@ -85,15 +86,24 @@ cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const 
     return blocks;
   }();
   if (per_sm <= 0) return cudaErrorInvalidConfiguration;
-  CUtensorMap map_a, map_b, map_out;
+  CUtensorMap map_a, map_b, map_out, map_gelu;
   if (!EncodeMap(&map_a, a, M, K, kBM) || !EncodeMap(&map_b, b, N, K, BN) ||
       !EncodeOutMap(&map_out, out, M, N)) {
     return cudaErrorInvalidValue;
   }
+  GeluCastArgs gelu_args{nullptr, nullptr, nullptr};
+  if constexpr (kGelu) {
+    // fc2's input: M × N bytes, boxes of 64 rows × 128 bytes (StageCodes' layout).
+    if (!EncodeMap(&map_gelu, gelu->out, M, N, 64)) return cudaErrorInvalidValue;
+    gelu_args = {gelu->scale, gelu->amax, gelu->counts};
+  } else {
+    map_gelu = map_out;  // unused
+  }
   const int tiles = (M / kBM) * (N / BN);
   const int grid = tiles < per_sm * SmCount() ? tiles : per_sm * SmCount();
   kernel<<<grid, kThreads, Cfg::kSmemBytes, s>>>(map_a, map_b, map_out, out, bias, a_scale_inv,
-                                                 b_scale_inv, M, N, K, accumulate ? 1 : 0);
+                                                 b_scale_inv, M, N, K, accumulate ? 1 : 0,
+                                                 map_gelu, gelu_args);
   return cudaGetLastError();
 }
 
@@ -154,6 +164,13 @@ int Fp8GemmSm90AutoColumns(int M, int N, bool fast_accum, int sms) {
   return rounds256 * 2.0 / 1.08 <= rounds128 ? 256 : 128;
 }
 
+bool Fp8GemmSm90SupportsGeluCast(bool a_e4m3, bool b_e4m3, bool accumulate, bool fast_accum,
+                                 const Fp8GemmGeluCast& gelu) {
+  return a_e4m3 && b_e4m3 && !accumulate && fast_accum && gelu.out != nullptr &&
+         reinterpret_cast<uintptr_t>(gelu.out) % 16 == 0 && gelu.scale != nullptr &&
+         gelu.amax != nullptr && gelu.counts != nullptr;
+}
+
 bool Fp8GemmSm90Supports(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
                          const void* b, const void* out, const void* bias) {
   auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
@@ -165,9 +182,11 @@ bool Fp8GemmSm90Supports(int M, int N, int K, bool a_e4m3, bool b_e4m3, const vo
 cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a_scale_inv,
                         const uint8_t* b, bool b_e4m3, const float* b_scale_inv, const bf16* bias,
                         int M, int N, int K, bool accumulate, bool fast_accum, cudaStream_t s,
-                        Fp8GemmTile tile) {
+                        Fp8GemmTile tile, const Fp8GemmGeluCast* gelu) {
   if (!Fp8GemmSm90Available() || !Fp8GemmSm90Supports(M, N, K, a_e4m3, b_e4m3, a, b, out, bias) ||
-      (accumulate && bias != nullptr)) {
+      (accumulate && bias != nullptr) ||
+      (gelu != nullptr &&
+       !Fp8GemmSm90SupportsGeluCast(a_e4m3, b_e4m3, accumulate, fast_accum, *gelu))) {
     return cudaErrorInvalidValue;
   }
   // 256-column tiles need fast accumulation (registers) and N a multiple of 256.
@@ -176,6 +195,18 @@ cudaError_t Fp8GemmSm90(bf16* out, const uint8_t* a, bool a_e4m3, const float* a
   if (tile == Fp8GemmTile::kAuto) {
     tile = Fp8GemmSm90AutoColumns(M, N, fast_accum, SmCount()) == 256 ? Fp8GemmTile::kN256
                                                                       : Fp8GemmTile::kN128;
+  }
+  if (gelu != nullptr) {  // E4M3 operands, fast accumulation (Fp8GemmSm90SupportsGeluCast)
+    if (tile == Fp8GemmTile::kPingPong) {
+      return Launch<128, true, true, true, true, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M,
+                                                       N, K, false, s, gelu);
+    }
+    if (tile == Fp8GemmTile::kN256) {
+      return Launch<256, true, true, true, false, true>(out, a, a_scale_inv, b, b_scale_inv, bias,
+                                                        M, N, K, false, s, gelu);
+    }
+    return Launch<128, true, true, true, false, true>(out, a, a_scale_inv, b, b_scale_inv, bias, M,
+                                                      N, K, false, s, gelu);
   }
   if (tile == Fp8GemmTile::kPingPong && fast_accum) {
     return LaunchTyped<128, true, true>(out, a, a_e4m3, a_scale_inv, b, b_e4m3, b_scale_inv, bias,

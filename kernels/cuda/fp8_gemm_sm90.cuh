@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace boulder::kernels::cuda::fp8gemm {
@@ -33,6 +35,17 @@ using bf16 = __nv_bfloat16;
 constexpr int kBM = 128, kBK = 128;
 // Two consumer warpgroups (warps 0-7, 64 output rows each) and one producer warp (warp 8).
 constexpr int kConsumers = 256, kThreads = kConsumers + 32;
+// After the barriers: each consumer warp's statistics of the GELU cast (kGelu), 4 words.
+constexpr int kStatsBytes = (kConsumers / 32) * 16;
+
+// The fused cast of fc2's input (kGelu kernels): fp8(GELU(the BF16 output) · *scale) as E4M3,
+// with CastFp8's statistics added to amax (largest |value| bit pattern) and counts (saturated,
+// underflow, non-finite).
+struct GeluCastArgs {
+  const float* scale;
+  float* amax;
+  unsigned long long* counts;
+};
 
 template <int BN, bool kFast>
 struct GemmCfg {
@@ -47,7 +60,8 @@ struct GemmCfg {
   // 64 rows × 128 bytes (128-byte swizzle), each warpgroup's 64 rows box after box.
   static constexpr int kOutBytes = kBM * BN * 2;
   static constexpr int kStages = (208 * 1024 - kOutBytes) / kStageBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + kStatsBytes;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(BOULDER_ATTENTION_EMULATION)
@@ -64,6 +78,14 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 }
 __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void StoreShared16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
 }
 __device__ __forceinline__ void BulkCommit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -175,16 +197,22 @@ __device__ __forceinline__ void WgmmaFp8(float (&d)[64], uint64_t desc_a, uint64
 // ---- Pieces of both kernels (Fp8GemmSm90Kernel, Fp8GemmSm90PingPongKernel) ----------------
 
 // A CTA's shared memory (Cfg: GemmCfg or PingPongCfg): the stages' a and b tiles, the output
-// staging, then the full and empty barriers, from the 1024-byte-aligned base.
+// staging, the full and empty barriers, then the warps' statistics slots (kStatsBytes), from
+// the 1024-byte-aligned base.
 struct Smem {
-  uint32_t a, b, out, full, empty;
+  uint32_t a, b, out, full, empty, stats;
 };
 template <class Cfg>
 __device__ __forceinline__ Smem SmemOf() {
   const uint32_t base = (SharedBase() + 1023u) & ~1023u;
   const uint32_t out = base + Cfg::kStages * Cfg::kStageBytes;
   const uint32_t full = out + Cfg::kOutBytes;
-  return {base, base + Cfg::kStages * Cfg::kABytes, out, full, full + Cfg::kStages * 8};
+  return {base,
+          base + Cfg::kStages * Cfg::kABytes,
+          out,
+          full,
+          full + Cfg::kStages * 8,
+          full + 2 * Cfg::kStages * 8};
 }
 
 // Thread 0 sets up every stage's barriers (full: the producer's arrival plus the bytes;
@@ -229,26 +257,103 @@ __device__ __forceinline__ void ProduceStages(const Smem& sm, const CUtensorMap*
 
 // The epilogue of a 64-row band whose accumulators a warpgroup holds (wgmma.cuh: warp w4 has
 // rows 16·w4 + g and 16·w4 + g + 8; acc[4j + 2h + c] is column 8j + 2q + c of row + 8h), kCols
-// columns from col0. StageBand writes alpha · acc + bias as BF16 into the band's swizzled
-// 64 × 64 staging boxes from `stage`; StoreBand stores those boxes with TMA at (x0, y0);
-// AccumulateBand adds alpha · acc to out in place instead (row0: the thread's first row).
+// columns from col0. BandPair is the BF16 value alpha · acc + bias of such a pair (row half h
+// of 8-column block j; b2: the bias of its two columns); StageBand writes those values into the
+// band's swizzled 64 × 64 staging boxes from `stage` (and, with keep, pair 2j + h into
+// keep[2j + h]); StoreBand stores those boxes with TMA at (x0, y0); AccumulateBand adds
+// alpha · acc to out in place instead (row0: the thread's first row).
+__device__ __forceinline__ float2 BiasPair(const bf16* bias, int col) {
+  float2 b2 = make_float2(0.f, 0.f);
+  if (bias != nullptr) b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+  return b2;
+}
+__device__ __forceinline__ __nv_bfloat162 BandPair(const float* acc, int j, int h, float2 b2,
+                                                   float alpha) {
+  return __float22bfloat162_rn(
+      make_float2(acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
+}
 template <int kCols>
 __device__ __forceinline__ void StageBand(const float (&acc)[kCols / 2], uint32_t stage, int col0,
-                                          const bf16* bias, float alpha, int w4, int g, int q) {
+                                          const bf16* bias, float alpha, int w4, int g, int q,
+                                          uint32_t* keep = nullptr) {
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j) {
-    const int col = col0 + 8 * j + 2 * q;
-    float2 b2 = make_float2(0.f, 0.f);
-    if (bias != nullptr) {
-      b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
-    }
+    const float2 b2 = BiasPair(bias, col0 + 8 * j + 2 * q);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = w4 * 16 + g + 8 * h;  // r % 8 == g
-      const __nv_bfloat162 v = __float22bfloat162_rn(
-          make_float2(acc[4 * j + 2 * h] * alpha + b2.x, acc[4 * j + 2 * h + 1] * alpha + b2.y));
+      const __nv_bfloat162 v = BandPair(acc, j, h, b2, alpha);
       const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
       StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+      if (keep != nullptr) keep[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+}
+
+// fc2's FP8 input (the kGelu kernels), staged once the BF16 stores have read the staging:
+// StageGeluCodes writes the E4M3 code of GELU of each BF16 value StageBand kept (pre) into the
+// band's swizzled boxes of 64 rows × 128 bytes from `stage` (kCols / 128 of them, 8 KB apart),
+// computed as fp8_gelu.cu's GeluCastFp8 computes it from the stored BF16 pre-activation:
+// g = bf16(GeluTanh(pre)) (this file is compiled with fp8_gelu.cu's flags), cast with Cast2
+// (fp8_cast.cuh: CastOne's codes and counts, into st). (The kept BF16 pairs are half the
+// registers of the accumulators, and keeping the codes instead spills the 256-wide tile.)
+// StoreCodes stores the boxes with TMA at (x0, y0).
+template <int kCols>
+__device__ __forceinline__ void StageGeluCodes(const uint32_t (&pre)[kCols / 4], uint32_t stage,
+                                               float scale, CastStats& st, int w4, int g, int q) {
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t w = pre[2 * j + h];
+      const float2 p = make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+      const float2 gv = __bfloat1622float2(__floats2bfloat162_rn(GeluTanh(p.x), GeluTanh(p.y)));
+      const uint32_t c = Cast2<true>(gv.x, gv.y, scale, st);
+      const int r = w4 * 16 + g + 8 * h;  // r % 8 == g; bytes 8j + 2q, + 1 of the row
+      const uint32_t addr = stage + (j / 16) * 8192 + r * 128 + ((((j % 16) / 2) ^ g) << 4) +
+                            8 * (j % 2) + 2 * q;
+      StoreShared16(addr, static_cast<uint16_t>(c));
+    }
+  }
+}
+template <int kCols>
+__device__ __forceinline__ void StoreCodes(const CUtensorMap* map, uint32_t stage, int x0,
+                                           int y0) {
+#pragma unroll
+  for (int box = 0; box < kCols / 128; ++box) {
+    TmaStore(map, x0 + box * 128, y0, stage + box * 8192);
+  }
+}
+
+// A consumer warp's statistics of the GELU cast live in its shared slot (4 words: amax bits,
+// saturated, underflow, non-finite; only its lane 0 touches them), not in registers across the
+// main loop: AddToSlot folds one tile's (a reduction over the warp), FlushSlot adds the slot to
+// the tensor's amax and counters at the end (as FlushWarpCastStats: where non-zero).
+__device__ __forceinline__ void ClearSlot(uint32_t slot, int lane) {
+  if (lane == 0) {
+    for (int k = 0; k < 4; ++k) StoreShared32(slot + 4 * k, 0);
+  }
+}
+__device__ __forceinline__ void AddToSlot(CastStats st, uint32_t slot, int lane) {
+  st.amax = __reduce_max_sync(0xffffffffu, st.amax);
+  st.saturated = __reduce_add_sync(0xffffffffu, st.saturated);
+  st.underflow = __reduce_add_sync(0xffffffffu, st.underflow);
+  st.non_finite = __reduce_add_sync(0xffffffffu, st.non_finite);
+  if (lane == 0) {
+    StoreShared32(slot, max(LoadShared32(slot), st.amax));
+    StoreShared32(slot + 4, LoadShared32(slot + 4) + st.saturated);
+    StoreShared32(slot + 8, LoadShared32(slot + 8) + st.underflow);
+    StoreShared32(slot + 12, LoadShared32(slot + 12) + st.non_finite);
+  }
+}
+__device__ __forceinline__ void FlushSlot(uint32_t slot, float* amax, unsigned long long* counts,
+                                          int lane) {
+  if (lane == 0) {
+    const unsigned int m = LoadShared32(slot);
+    if (m) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
+    for (int k = 0; k < 3; ++k) {
+      const unsigned int n = LoadShared32(slot + 4 + 4 * k);
+      if (n) atomicAdd(&counts[k], static_cast<unsigned long long>(n));
     }
   }
 }
@@ -290,14 +395,19 @@ __device__ __forceinline__ void StagedEpilogue(int wg, bool issuer, Fill fill, S
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 
-template <int BN, bool kFast, bool kAE4, bool kBE4>
+// kGelu (fast accumulation, not accumulating): the BF16 output as always, and fc2's FP8 input
+// (GeluCastArgs) through map_gelu: each warpgroup stages its band's codes in its output staging
+// once the BF16 stores have read it, and every consumer warp adds its statistics at the end.
+template <int BN, bool kFast, bool kAE4, bool kBE4, bool kGelu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmSm90Kernel(const __grid_constant__ CUtensorMap map_a,
                       const __grid_constant__ CUtensorMap map_b,
                       const __grid_constant__ CUtensorMap map_out, bf16* __restrict__ out,
                       const bf16* __restrict__ bias, const float* __restrict__ a_scale_inv,
-                      const float* __restrict__ b_scale_inv, int M, int N, int K, int accumulate) {
+                      const float* __restrict__ b_scale_inv, int M, int N, int K, int accumulate,
+                      const __grid_constant__ CUtensorMap map_gelu, GeluCastArgs gelu) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  static_assert(!kGelu || kFast, "the GELU cast is the forward's (fast accumulation)");
   using Cfg = GemmCfg<BN, kFast>;
   constexpr int S = Cfg::kStages;
   constexpr int kAcc = BN / 2;  // accumulators per consumer thread
@@ -316,6 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) MbarArrive(sm.empty + 8 * s);
   };
   const float alpha = *a_scale_inv * *b_scale_inv;
+  const uint32_t slot = sm.stats + warp * 16;  // kGelu: this warp's statistics
+  if constexpr (kGelu) ClearSlot(slot, lane);
   float acc[kAcc];
   float part[kFast ? 1 : kAcc];
   int it = 0;
@@ -365,14 +477,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (!accumulate) {
       // Through shared memory: the warpgroup's 64 rows, then BN / 64 TMA stores.
       const uint32_t stage = sm.out + wg * (Cfg::kOutBytes / 2);
+      uint32_t pre[kGelu ? BN / 4 : 1];  // kGelu: the BF16 pairs, for fc2's input
       StagedEpilogue(
           wg, tid % 128 == 0,
-          [&] { StageBand<BN>(acc, stage, tn * BN, bias, alpha, warp % 4, g, q); },
+          [&] {
+            StageBand<BN>(acc, stage, tn * BN, bias, alpha, warp % 4, g, q,
+                          kGelu ? pre : nullptr);
+          },
           [&] { StoreBand<BN>(&map_out, stage, tn * BN, tm * kBM + wg * 64); });
+      if constexpr (kGelu) {
+        // The next tile's first product overwrites acc, but the compiler sees it read: zeros
+        // free its registers for pre here (else the 256-wide tile spills).
+#pragma unroll
+        for (int r = 0; r < kAcc; ++r) acc[r] = 0.f;
+        // fc2's input in the same staging once the BF16 stores have read it (the wait).
+        StagedEpilogue(
+            wg, tid % 128 == 0,
+            [&] {
+              CastStats st;
+              StageGeluCodes<BN>(pre, stage, *gelu.scale, st, warp % 4, g, q);
+              AddToSlot(st, slot, lane);
+            },
+            [&] { StoreCodes<BN>(&map_gelu, stage, tn * BN, tm * kBM + wg * 64); });
+      }
     } else {
       AccumulateBand<BN>(acc, out, tm * kBM + wg * 64 + (warp % 4) * 16 + g, tn * BN, N, alpha, q);
     }
   }
+  if constexpr (kGelu) FlushSlot(slot, gelu.amax, gelu.counts, lane);
   // The staging must stay until the last stores have read it.
   if (tid % 128 == 0) BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
@@ -391,17 +523,20 @@ struct PingPongCfg {
   static constexpr int kWgOutBytes = kBM * 128 * 2;  // one warpgroup's tile, four 64 × 64 boxes
   static constexpr int kOutBytes = 2 * kWgOutBytes;
   static constexpr int kStages = (224 * 1024 - kOutBytes) / kStageBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kOutBytes + 1024 + 2 * kStages * 8 + kStatsBytes;
 };
 
-template <bool kAE4, bool kBE4>
+// kGelu: as Fp8GemmSm90Kernel's, each warpgroup's 128-row tile's codes staged after its BF16.
+template <bool kAE4, bool kBE4, bool kGelu = false>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmSm90PingPongKernel(const __grid_constant__ CUtensorMap map_a,
                               const __grid_constant__ CUtensorMap map_b,
                               const __grid_constant__ CUtensorMap map_out, bf16* __restrict__ out,
                               const bf16* __restrict__ bias, const float* __restrict__ a_scale_inv,
                               const float* __restrict__ b_scale_inv, int M, int N, int K,
-                              int accumulate) {
+                              int accumulate, const __grid_constant__ CUtensorMap map_gelu,
+                              GeluCastArgs gelu) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
   using Cfg = PingPongCfg;
   constexpr int S = Cfg::kStages;
@@ -419,6 +554,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) MbarArrive(sm.empty + 8 * s);
   };
   const float alpha = *a_scale_inv * *b_scale_inv;
+  const uint32_t slot = sm.stats + warp * 16;  // kGelu: this warp's statistics
+  if constexpr (kGelu) ClearSlot(slot, lane);
   float acc[2][64];  // rows 0-63 and 64-127 of the tile
   for (int i = wg; i < my_tiles; i += 2) {
     const int t = blockIdx.x + i * gridDim.x, tm = t / tiles_n, tn = t % tiles_n;
@@ -454,12 +591,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g = lane / 4, q = lane % 4;
     if (!accumulate) {
       const uint32_t stage = sm.out + wg * Cfg::kWgOutBytes;  // the halves' boxes, 16 KB apart
+      uint32_t pre[kGelu ? 2 : 1][kGelu ? 32 : 1];  // kGelu: the halves' BF16 pairs
       StagedEpilogue(
           wg, tid % 128 == 0,
           [&] {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-              StageBand<128>(acc[half], stage + half * 16384, tn * 128, bias, alpha, w4, g, q);
+              StageBand<128>(acc[half], stage + half * 16384, tn * 128, bias, alpha, w4, g, q,
+                             kGelu ? pre[half] : nullptr);
             }
           },
           [&] {
@@ -468,6 +607,30 @@ __global__ void __launch_bounds__(kThreads, 1)
               StoreBand<128>(&map_out, stage + half * 16384, tn * 128, tm * kBM + half * 64);
             }
           });
+      if constexpr (kGelu) {
+        // As in Fp8GemmSm90Kernel: zeros free acc's registers for pre.
+#pragma unroll
+        for (int r = 0; r < 64; ++r) acc[0][r] = acc[1][r] = 0.f;
+        // fc2's input, the halves' codes (one 8 KB box each), in the same staging once the
+        // BF16 stores have read it.
+        StagedEpilogue(
+            wg, tid % 128 == 0,
+            [&] {
+              CastStats st;
+              const float gelu_scale = *gelu.scale;
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                StageGeluCodes<128>(pre[half], stage + half * 8192, gelu_scale, st, w4, g, q);
+              }
+              AddToSlot(st, slot, lane);
+            },
+            [&] {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                StoreCodes<128>(&map_gelu, stage + half * 8192, tn * 128, tm * kBM + half * 64);
+              }
+            });
+      }
     } else {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -476,6 +639,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if constexpr (kGelu) FlushSlot(slot, gelu.amax, gelu.counts, lane);
   if (tid % 128 == 0) BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }

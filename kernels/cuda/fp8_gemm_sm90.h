@@ -59,12 +59,32 @@ bool Fp8GemmSm90Supports(int M, int N, int K, bool a_e4m3, bool b_e4m3, const vo
 // Whether the kernel beats cuBLASLt on this shape on the H200 (measured with fp8_gemm_bench;
 // the list and its numbers are in fp8_gemm_sm90.cu). fast_accum: the forward's GEMMs.
 bool Fp8GemmSm90Preferred(int M, int N, int K, bool fast_accum);
+
+// fc1's forward with fc2's input cast fused into the epilogue (CudaBackend::MatmulFp8GeluCast):
+// besides the BF16 output, out[M, N] (row-major, 16-byte aligned) = E4M3 codes of
+// GELU(the BF16 output) · *scale, the bytes and statistics of GeluCastFp8 (fp8_gelu.cu) on the
+// BF16 output: max |GELU| into *amax (atomicMax of the bit pattern, as CastFp8), saturated,
+// underflow and non-finite counts added to counts[0..2]. Each consumer warp adds its own
+// statistics once, at the end.
+struct Fp8GemmGeluCast {
+  uint8_t* out;
+  const float* scale;
+  float* amax;
+  unsigned long long* counts;
+};
+// The calls that take it: both operands E4M3, fast accumulation, not accumulating, and the
+// pointers above set (out 16-byte aligned).
+bool Fp8GemmSm90SupportsGeluCast(bool a_e4m3, bool b_e4m3, bool accumulate, bool fast_accum,
+                                 const Fp8GemmGeluCast& gelu);
+
 // Launches the kernel on s; cudaErrorInvalidValue where !Fp8GemmSm90Supports or
-// !Fp8GemmSm90Available. bias: length N or null (not with accumulate).
+// !Fp8GemmSm90Available, or with gelu where !Fp8GemmSm90SupportsGeluCast. bias: length N or
+// null (not with accumulate).
 cudaError_t Fp8GemmSm90(__nv_bfloat16* out, const uint8_t* a, bool a_e4m3, const float* a_scale_inv,
                         const uint8_t* b, bool b_e4m3, const float* b_scale_inv,
                         const __nv_bfloat16* bias, int M, int N, int K, bool accumulate,
-                        bool fast_accum, cudaStream_t s, Fp8GemmTile tile = Fp8GemmTile::kAuto);
+                        bool fast_accum, cudaStream_t s, Fp8GemmTile tile = Fp8GemmTile::kAuto,
+                        const Fp8GemmGeluCast* gelu = nullptr);
 
 }  // namespace boulder::kernels::cuda
 
