@@ -1147,8 +1147,8 @@ void RunGemm(bf16* out, const uint8_t* a, const float* sa, const uint8_t* b, con
     g_mbars.clear();
     emu::RunBlock(kThreads, [&] {
       if constexpr (kPingPong) {
-        Fp8GemmSm90PingPongKernel<kAE4, kBE4, kGelu>(map_a, map_b, map_out, out, bias, sa, sb, M,
-                                                     N, K, accumulate ? 1 : 0, map_gelu, gelu);
+        Fp8GemmSm90PingPongKernel<kAE4, kBE4, kGelu>(map_a, map_b, map_out, out, bias, sa, sb, M, N,
+                                                     K, accumulate ? 1 : 0, map_gelu, gelu);
       } else {
         Fp8GemmSm90Kernel<BN, kFast, kAE4, kBE4, kGelu>(map_a, map_b, map_out, out, bias, sa, sb, M,
                                                         N, K, accumulate ? 1 : 0, map_gelu, gelu);

@@ -87,8 +87,7 @@ __device__ __forceinline__ unsigned Cast2(float x0, float x1, float scale, CastS
   const unsigned q = ToFp8x2<kE4M3>(y0, y1);
   const unsigned m = max(__float_as_uint(x0) & 0x7FFFFFFFu, __float_as_uint(x1) & 0x7FFFFFFFu);
   st.amax = max(st.amax, m);
-  if (!(MulRnNoFtz(__uint_as_float(m), scale) <= kMax) || (q & 0x7Fu) == 0 ||
-      (q & 0x7F00u) == 0) {
+  if (!(MulRnNoFtz(__uint_as_float(m), scale) <= kMax) || (q & 0x7Fu) == 0 || (q & 0x7F00u) == 0) {
     CastStats one;  // CastOne's counts of each (amax is counted above)
     CountOne(x0, y0, q & 0xFFu, kMax, one);
     CountOne(x1, y1, q >> 8, kMax, one);

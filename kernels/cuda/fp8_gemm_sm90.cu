@@ -102,8 +102,8 @@ cudaError_t Launch(bf16* out, const uint8_t* a, const float* a_scale_inv, const 
   const int tiles = (M / kBM) * (N / BN);
   const int grid = tiles < per_sm * SmCount() ? tiles : per_sm * SmCount();
   kernel<<<grid, kThreads, Cfg::kSmemBytes, s>>>(map_a, map_b, map_out, out, bias, a_scale_inv,
-                                                 b_scale_inv, M, N, K, accumulate ? 1 : 0,
-                                                 map_gelu, gelu_args);
+                                                 b_scale_inv, M, N, K, accumulate ? 1 : 0, map_gelu,
+                                                 gelu_args);
   return cudaGetLastError();
 }
 

@@ -264,7 +264,8 @@ __device__ __forceinline__ void ProduceStages(const Smem& sm, const CUtensorMap*
 // alpha · acc to out in place instead (row0: the thread's first row).
 __device__ __forceinline__ float2 BiasPair(const bf16* bias, int col) {
   float2 b2 = make_float2(0.f, 0.f);
-  if (bias != nullptr) b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
+  if (bias != nullptr)
+    b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + col));
   return b2;
 }
 __device__ __forceinline__ __nv_bfloat162 BandPair(const float* acc, int j, int h, float2 b2,
@@ -310,15 +311,14 @@ __device__ __forceinline__ void StageGeluCodes(const uint32_t (&pre)[kCols / 4],
       const float2 gv = __bfloat1622float2(__floats2bfloat162_rn(GeluTanh(p.x), GeluTanh(p.y)));
       const uint32_t c = Cast2<true>(gv.x, gv.y, scale, st);
       const int r = w4 * 16 + g + 8 * h;  // r % 8 == g; bytes 8j + 2q, + 1 of the row
-      const uint32_t addr = stage + (j / 16) * 8192 + r * 128 + ((((j % 16) / 2) ^ g) << 4) +
-                            8 * (j % 2) + 2 * q;
+      const uint32_t addr =
+          stage + (j / 16) * 8192 + r * 128 + ((((j % 16) / 2) ^ g) << 4) + 8 * (j % 2) + 2 * q;
       StoreShared16(addr, static_cast<uint16_t>(c));
     }
   }
 }
 template <int kCols>
-__device__ __forceinline__ void StoreCodes(const CUtensorMap* map, uint32_t stage, int x0,
-                                           int y0) {
+__device__ __forceinline__ void StoreCodes(const CUtensorMap* map, uint32_t stage, int x0, int y0) {
 #pragma unroll
   for (int box = 0; box < kCols / 128; ++box) {
     TmaStore(map, x0 + box * 128, y0, stage + box * 8192);
@@ -481,8 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       StagedEpilogue(
           wg, tid % 128 == 0,
           [&] {
-            StageBand<BN>(acc, stage, tn * BN, bias, alpha, warp % 4, g, q,
-                          kGelu ? pre : nullptr);
+            StageBand<BN>(acc, stage, tn * BN, bias, alpha, warp % 4, g, q, kGelu ? pre : nullptr);
           },
           [&] { StoreBand<BN>(&map_out, stage, tn * BN, tm * kBM + wg * 64); });
       if constexpr (kGelu) {
@@ -591,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g = lane / 4, q = lane % 4;
     if (!accumulate) {
       const uint32_t stage = sm.out + wg * Cfg::kWgOutBytes;  // the halves' boxes, 16 KB apart
-      uint32_t pre[kGelu ? 2 : 1][kGelu ? 32 : 1];  // kGelu: the halves' BF16 pairs
+      uint32_t pre[kGelu ? 2 : 1][kGelu ? 32 : 1];            // kGelu: the halves' BF16 pairs
       StagedEpilogue(
           wg, tid % 128 == 0,
           [&] {
