@@ -17,6 +17,11 @@ inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
 // way back to cuBLASLt should our kernel misbehave; any other value fails the backend's creation.
 inline constexpr char kEnvFp8Gemm[] = "BOULDER_FP8_GEMM";
 
+// Whether fc1's FP8 forward casts fc2's input in its GEMM's epilogue (our Hopper kernel, where
+// BOULDER_FP8_GEMM routes fc1 to it): "off" (the default until it is measured on an H200: the
+// GEMM, then GeluCastFp8) or "on". Any other value fails the CUDA backend's creation.
+inline constexpr char kEnvFp8GemmGelu[] = "BOULDER_FP8_GEMM_GELU";
+
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

@@ -320,6 +320,22 @@ class Backend {
                            int cols, Fp8Format format, const float* scale, float* amax,
                            uint64_t* counts);
 
+  // fc1's FP8 forward and fc2's input cast in one op, where the backend fuses them:
+  //   MatmulFp8(pre, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M, N, K,
+  //             /*accumulate=*/false, /*fast_accum=*/true);
+  //   GeluCastFp8(gelu_out, nullptr, <scratch>, pre, M, N, gelu_format, gelu_scale, gelu_amax,
+  //               gelu_counts);
+  // CONTRACT: pre, gelu_out's bytes and the statistics as those two calls give them. Returns
+  // false, having done nothing, where the backend does not take the call (the default): the
+  // caller then runs the two. gelu_out [M, N] may not overlap a, b, bias or pre.
+  virtual bool MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t* a, Fp8Format a_format,
+                                 const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                                 const float* b_scale_inv, const void* bias, int M, int N, int K,
+                                 Fp8Format gelu_format, const float* gelu_scale, float* gelu_amax,
+                                 uint64_t* gelu_counts) {
+    return false;
+  }
+
   // The FP8 MLP backward's two casts that read fc1's pre-activation pre[rows, cols], in one
   // pass where the backend fuses them (the cuda backend, for aligned multiples of 8):
   //   GeluCastFp8(nullptr, in_t, scratch, pre, rows, cols, in_format, in_scale, in_amax,

@@ -340,6 +340,28 @@ void CpuBackend<S>::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
 }
 
 template <typename S>
+bool CpuBackend<S>::MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t* a,
+                                      Fp8Format a_format, const float* a_scale_inv,
+                                      const uint8_t* b, Fp8Format b_format,
+                                      const float* b_scale_inv, const void* bias, int M, int N,
+                                      int K, Fp8Format gelu_format, const float* gelu_scale,
+                                      float* gelu_amax, uint64_t* gelu_counts) {
+  MatmulFp8(pre, a, a_format, a_scale_inv, b, b_format, b_scale_inv, bias, M, N, K,
+            /*accumulate=*/false, /*fast_accum=*/true);
+  // Bands of rows through a temporary of at most ~1M values (CastFp8's amax and counters
+  // accumulate, so the bands' casts record what one cast of the whole would).
+  const int band = std::max(1, std::min(M, (1 << 20) / std::max(N, 1)));
+  std::vector<S> g(static_cast<size_t>(band) * N);
+  for (int r0 = 0; r0 < M; r0 += band) {
+    const int rows = std::min(band, M - r0);
+    GeluForward(g.data(), As<S>(pre) + static_cast<size_t>(r0) * N, static_cast<size_t>(rows) * N);
+    CastFp8(gelu_out + static_cast<size_t>(r0) * N, nullptr, g.data(), rows, N, gelu_format,
+            gelu_scale, gelu_amax, gelu_counts);
+  }
+  return true;
+}
+
+template <typename S>
 void CpuBackend<S>::GeluForward(void* out, const void* inp, size_t n) {
   S* o = As<S>(out);
   const S* x = As<S>(inp);

@@ -103,6 +103,13 @@ class CpuBackend final : public Backend {
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
                  int M, int N, int K, bool accumulate, bool fast_accum) override;
+  // Both ops in one call (the GELU into a temporary of its own): the default's results, so the
+  // Model's fused path runs everywhere (and is checked against the unfused one on the CPU).
+  bool MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t* a, Fp8Format a_format,
+                         const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                         const float* b_scale_inv, const void* bias, int M, int N, int K,
+                         Fp8Format gelu_format, const float* gelu_scale, float* gelu_amax,
+                         uint64_t* gelu_counts) override;
   void GeluForward(void* out, const void* inp, size_t n) override;
   void GeluBackward(void* dout, const void* pre, size_t n) override;
   void BiasBackward(void* dbias, const void* dout, int N, int OC) override;

@@ -134,5 +134,43 @@ TEST(CpuBackendTest, Bf16RoundsToNearestEven) {
   be->Free(*buf);
 }
 
+// MatmulFp8GeluCast (the cpu backend takes it: the Model's fused fc1 + fc2-input-cast path)
+// gives what MatmulFp8 then GeluCastFp8 give: the pre-activation, the codes, amax and counters,
+// over more rows than one of its GELU bands holds (bands of about 1M values), added to
+// statistics that already hold something.
+TEST(CpuBackendTest, MatmulFp8GeluCastIsTheGemmThenGeluCastFp8) {
+  auto be = NewCpuBackend(2);
+  const int M = 4160, N = 384, K = 32;
+  std::vector<uint8_t> a(size_t(M) * K), b(size_t(N) * K);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>((i * 37 + 11) % 126);
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = static_cast<uint8_t>(((i * 53 + 5) % 126) | 0x80 * (i % 3 == 0));
+  std::vector<float> bias(N);
+  for (int n = 0; n < N; ++n) bias[n] = 0.25f * (n % 9) - 1.f;
+  const float sa = 0.5f, sb = 0.0625f, scale = 24.f;
+  std::vector<float> pre[2], g(size_t(M) * N);
+  std::vector<uint8_t> codes[2];
+  float amax[2] = {3.f, 3.f};
+  uint64_t counts[2][kFp8CountersPerTensor] = {{1, 2, 0}, {1, 2, 0}};
+  for (int k = 0; k < 2; ++k) {
+    pre[k].assign(size_t(M) * N, NAN);
+    codes[k].assign(size_t(M) * N, 0x7f);
+  }
+  ASSERT_TRUE(be->MatmulFp8GeluCast(pre[0].data(), codes[0].data(), a.data(), Fp8Format::kE4M3, &sa,
+                                    b.data(), Fp8Format::kE4M3, &sb, bias.data(), M, N, K,
+                                    Fp8Format::kE4M3, &scale, &amax[0], counts[0]));
+  be->MatmulFp8(pre[1].data(), a.data(), Fp8Format::kE4M3, &sa, b.data(), Fp8Format::kE4M3, &sb,
+                bias.data(), M, N, K, false, true);
+  be->GeluCastFp8(codes[1].data(), nullptr, g.data(), pre[1].data(), M, N, Fp8Format::kE4M3, &scale,
+                  &amax[1], counts[1]);
+  EXPECT_EQ(std::memcmp(pre[0].data(), pre[1].data(), pre[0].size() * sizeof(float)), 0);
+  EXPECT_EQ(codes[0], codes[1]);
+  EXPECT_EQ(amax[0], amax[1]);
+  EXPECT_GT(amax[1], 3.f);
+  for (int c = 0; c < kFp8CountersPerTensor; ++c) EXPECT_EQ(counts[0][c], counts[1][c]) << c;
+  EXPECT_GT(counts[1][0], 1u) << "nothing saturated";
+  EXPECT_GT(counts[1][1], 2u) << "nothing flushed to zero";
+}
+
 }  // namespace
 }  // namespace boulder::kernels::cpu

@@ -61,6 +61,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           absl::StrCat(common::kEnvFp8Gemm, "=", choice, ": expected auto, cublaslt or own"));
     }
   }
+  if (const char* v = std::getenv(common::kEnvFp8GemmGelu); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice != "on" && choice != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(common::kEnvFp8GemmGelu, "=", choice, ": expected on or off"));
+    }
+    b->fp8_gemm_gelu_ = choice == "on";
+  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;

@@ -144,6 +144,17 @@ class CudaBackend final : public Backend {
   }
   void GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre, int rows, int cols,
                    Fp8Format format, const float* scale, float* amax, uint64_t* counts) override;
+  // Our Hopper GEMM with fc2's input cast in its epilogue (Fp8GemmGeluCast, fp8_gemm_sm90.h),
+  // where set_fp8_gemm_gelu is on and MatmulFp8 would run our kernel on this shape, with E4M3
+  // operands and output; else false (the caller runs MatmulFp8, then GeluCastFp8).
+  bool MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t* a, Fp8Format a_format,
+                         const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
+                         const float* b_scale_inv, const void* bias, int M, int N, int K,
+                         Fp8Format gelu_format, const float* gelu_scale, float* gelu_amax,
+                         uint64_t* gelu_counts) override;
+  // Off by default until measured against MatmulFp8 + GeluCastFp8 on an H200; the environment
+  // turns it on (common::kEnvFp8GemmGelu). Applies to later ops.
+  void set_fp8_gemm_gelu(bool on) { fp8_gemm_gelu_ = on; }
   // One kernel where GeluCastFp8AndGradFusable (fp8_gelu_ops.h) and set_fused_gelu_grad (on
   // by default), else the default's two calls.
   void GeluCastFp8AndGrad(uint8_t* in_t, Fp8Format in_format, const float* in_scale,
@@ -231,6 +242,7 @@ class CudaBackend final : public Backend {
   // 0.179 against 0.179 on the seed model's.
   bool dgelu_epilogue_ = true;  // see set_dgelu_epilogue
   bool fused_gelu_grad_ = true;  // see set_fused_gelu_grad
+  bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
   Fp8GemmTile fp8_gemm_tile_ = Fp8GemmTile::kAuto;

@@ -191,6 +191,33 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
   Check(matmul_->Run(s, b, a, out, bias, nullptr, stream_, b_scale_inv, a_scale_inv));
 }
 
+bool CudaBackend::MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t* a,
+                                    Fp8Format a_format, const float* a_scale_inv, const uint8_t* b,
+                                    Fp8Format b_format, const float* b_scale_inv, const void* bias,
+                                    int M, int N, int K, Fp8Format gelu_format,
+                                    const float* gelu_scale, float* gelu_amax,
+                                    uint64_t* gelu_counts) {
+  if (!Ok()) return true;  // the backend has failed: nothing runs (as every op)
+  const bool e4m3 = a_format == Fp8Format::kE4M3 && b_format == Fp8Format::kE4M3 &&
+                    gelu_format == Fp8Format::kE4M3;
+  const Fp8GemmGeluCast gelu{gelu_out, gelu_scale, gelu_amax,
+                             reinterpret_cast<unsigned long long*>(gelu_counts)};
+  if (!fp8_gemm_gelu_ || fp8_gemm_ == Fp8Gemm::kCublasLt || !e4m3 || !Fp8GemmSm90Available() ||
+      !Fp8GemmSm90Supports(M, N, K, true, true, a, b, pre, bias) ||
+      !Fp8GemmSm90SupportsGeluCast(true, true, /*accumulate=*/false, /*fast_accum=*/true, gelu) ||
+      !(fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, /*fast_accum=*/true))) {
+    return false;
+  }
+  ProfileScope profile(this, profiling_
+                                 ? absl::StrCat("MatmulFp8GeluCast ", M, "x", N, " k=", K, " sm90")
+                                 : std::string());
+  Check(Fp8GemmSm90(static_cast<bf16*>(pre), a, true, a_scale_inv, b, true, b_scale_inv,
+                    static_cast<const bf16*>(bias), M, N, K, /*accumulate=*/false,
+                    /*fast_accum=*/true, stream_, fp8_gemm_tile_, &gelu),
+        "Fp8GemmSm90 (GELU cast)");
+  return true;
+}
+
 void CudaBackend::GeluCastFp8(uint8_t* out, uint8_t* out_t, void* scratch, const void* pre,
                               int rows, int cols, Fp8Format format, const float* scale, float* amax,
                               uint64_t* counts) {

@@ -9,7 +9,9 @@
 // kAuto output is from cuBLASLt's (relative L2 and the largest difference over the largest
 // magnitude); per workload the FP8 GEMM time of one
 // step with cuBLASLt, with our kernel everywhere, with the best of the two per shape, and with
-// Fp8GemmSm90Preferred's choice.
+// Fp8GemmSm90Preferred's choice. Then fc1's forward with fc2's input cast: the GEMM (cuBLASLt,
+// ours) followed by GeluCastFp8 against our GEMM casting it in its epilogue (Fp8GemmGeluCast,
+// kAuto and ping-pong tiles), the fused codes checked against the unfused ones.
 //
 //   fp8_gemm_bench [--workloads seed,gpt2,h2048] [--reps 30]
 #include <cuda_bf16.h>
@@ -26,11 +28,13 @@
 #include <vector>
 
 #include "kernels/cuda/bench_check.h"
+#include "kernels/cuda/fp8_gelu_ops.h"
 #include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/matmul.h"
 
 namespace {
 
+using boulder::kernels::cuda::Fp8GemmGeluCast;
 using boulder::kernels::cuda::Fp8GemmSm90;
 using boulder::kernels::cuda::Fp8GemmSm90Available;
 using boulder::kernels::cuda::Fp8GemmSm90Preferred;
@@ -92,6 +96,105 @@ std::vector<float> Download(const __nv_bfloat16* p, size_t n) {
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
   return f;
+}
+
+// fc1's forward (M tokens × F, k = C) and fc2's input cast (GELU, E4M3, statistics), per call:
+// separately (cuBLASLt or our GEMM, then GeluCastFp8) and fused in our GEMM's epilogue.
+void FusedGelu(const Workload& w, LtMatmul& lt, cudaStream_t stream, int reps, std::mt19937& rng) {
+  const int M = w.tokens, N = w.F, K = w.C;
+  const size_t na = size_t(M) * K, nb = size_t(N) * K, no = size_t(M) * N;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint8_t> ha(na), hb(nb);
+  for (auto& x : ha) x = __nv_fp8_e4m3(nd(rng) * 8.f).__x;
+  for (auto& x : hb) x = __nv_fp8_e4m3(nd(rng) * 8.f).__x;
+  std::vector<__nv_bfloat16> hbias(N);
+  for (auto& x : hbias) x = __float2bfloat16(nd(rng));
+  uint8_t *a, *b, *codes[2];
+  __nv_bfloat16 *bias, *pre;
+  float* scalars;              // a's scale_inv at 0, b's at 64, the cast's scale at 128, amaxes
+  unsigned long long* counts;  // 2 × 3
+  BENCH_CHECK(cudaMalloc(&a, na));
+  BENCH_CHECK(cudaMalloc(&b, nb));
+  BENCH_CHECK(cudaMalloc(&codes[0], no));
+  BENCH_CHECK(cudaMalloc(&codes[1], no));
+  BENCH_CHECK(cudaMalloc(&bias, N * 2));
+  BENCH_CHECK(cudaMalloc(&pre, no * 2));
+  BENCH_CHECK(cudaMalloc(&scalars, 1024));
+  BENCH_CHECK(cudaMalloc(&counts, 6 * sizeof(unsigned long long)));
+  BENCH_CHECK(cudaMemcpy(a, ha.data(), na, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(b, hb.data(), nb, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(bias, hbias.data(), N * 2, cudaMemcpyHostToDevice));
+  const float hs[3] = {0.05f, 0.02f, 16.f};
+  BENCH_CHECK(cudaMemcpy(scalars, hs, 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(scalars + 64, hs + 1, 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(scalars + 128, hs + 2, 4, cudaMemcpyHostToDevice));
+  float* amax = scalars + 192;  // [0]: unfused, [1]: fused
+  GemmShape s;
+  s.trans_a = true;
+  s.m = N;
+  s.n = M;
+  s.k = K;
+  s.lda = s.ldb = K;
+  s.ldd = N;
+  s.a_type = s.b_type = CUDA_R_8F_E4M3;
+  s.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  s.fast_accum = true;
+  auto cast = [&](int k) {
+    BENCH_CHECK(boulder::kernels::cuda::GeluCastFp8(
+        codes[k], nullptr, pre, M, N, true, scalars + 128, amax + k, counts + 3 * k, stream));
+  };
+  auto run_lt = [&] {
+    absl::Status st = lt.Run(s, b, a, pre, bias, nullptr, stream, scalars + 64, scalars);
+    if (!st.ok()) {
+      std::fprintf(stderr, "cuBLASLt: %s\n", std::string(st.message()).c_str());
+      std::exit(1);
+    }
+    cast(0);
+  };
+  auto run_own = [&] {
+    BENCH_CHECK(Fp8GemmSm90(pre, a, true, scalars, b, true, scalars + 64, bias, M, N, K, false,
+                            true, stream, Fp8GemmTile::kAuto));
+    cast(0);
+  };
+  auto run_fused = [&](Fp8GemmTile tile) {
+    const Fp8GemmGeluCast g{codes[1], scalars + 128, amax + 1, counts + 3};
+    BENCH_CHECK(Fp8GemmSm90(pre, a, true, scalars, b, true, scalars + 64, bias, M, N, K, false,
+                            true, stream, tile, &g));
+  };
+  // The codes and statistics of one call each, from zeroed statistics.
+  BENCH_CHECK(cudaMemsetAsync(amax, 0, 8, stream));
+  BENCH_CHECK(cudaMemsetAsync(counts, 0, 6 * sizeof(unsigned long long), stream));
+  run_own();
+  run_fused(Fp8GemmTile::kAuto);
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint8_t> c0(no), c1(no);
+  BENCH_CHECK(cudaMemcpy(c0.data(), codes[0], no, cudaMemcpyDeviceToHost));
+  BENCH_CHECK(cudaMemcpy(c1.data(), codes[1], no, cudaMemcpyDeviceToHost));
+  float hamax[2];
+  unsigned long long hcounts[6];
+  BENCH_CHECK(cudaMemcpy(hamax, amax, 8, cudaMemcpyDeviceToHost));
+  BENCH_CHECK(cudaMemcpy(hcounts, counts, sizeof hcounts, cudaMemcpyDeviceToHost));
+  size_t differ = 0;
+  for (size_t i = 0; i < no; ++i) differ += c0[i] != c1[i];
+  const bool same_stats = hamax[0] == hamax[1] && hcounts[0] == hcounts[3] &&
+                          hcounts[1] == hcounts[4] && hcounts[2] == hcounts[5];
+  const float t_lt = MedianMs(run_lt, reps, stream), t_own = MedianMs(run_own, reps, stream);
+  const float t_cast = MedianMs([&] { cast(0); }, reps, stream);
+  const float t_fused = MedianMs([&] { run_fused(Fp8GemmTile::kAuto); }, reps, stream);
+  const float t_pp = MedianMs([&] { run_fused(Fp8GemmTile::kPingPong); }, reps, stream);
+  std::printf(
+      "%s fc1 fwd + fc2 input cast (%dx%d k=%d), ms per call: cuBLASLt+GeluCastFp8 %.4f, "
+      "own+GeluCastFp8 %.4f (the cast alone %.4f), fused auto %.4f, fused ping-pong %.4f; "
+      "per step (x%d) fused auto saves %.3f ms over own+GeluCastFp8; codes differing %zu, "
+      "statistics %s (saturated %llu, underflow %llu)\n",
+      w.name.c_str(), M, N, K, t_lt, t_own, t_cast, t_fused, t_pp, w.layers,
+      w.layers * (t_own - t_fused), differ, same_stats ? "identical" : "DIFFER", hcounts[0],
+      hcounts[1]);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(codes[0]),
+                  static_cast<void*>(codes[1]), static_cast<void*>(bias), static_cast<void*>(pre),
+                  static_cast<void*>(scalars), static_cast<void*>(counts)}) {
+    BENCH_CHECK(cudaFree(p));
+  }
 }
 
 }  // namespace
@@ -236,6 +339,7 @@ int main(int argc, char** argv) {
         "%s FP8 GEMMs per step: cuBLASLt %.3f ms, own (kAuto tile) %.3f, best per shape "
         "%.3f, Fp8GemmSm90Preferred %.3f\n",
         w.name.c_str(), step_lt, step_own, step_best, step_pref);
+    FusedGelu(w, **lt, stream, reps, rng);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 // Skips, saying so, without a GPU of compute capability 8.9 or higher.
 #include "kernels/cpu/fp8.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -410,6 +411,65 @@ TEST_F(CudaFp8GemmTest, OwnSm90KernelMatchesEmulation) {
     EXPECT_TRUE(first == last_) << "two runs differ";
     Case(2048, 1280, 384, e5, e4, false, true, false);
   }
+}
+
+// MatmulFp8GeluCast on our kernel (fc2's input cast in fc1's epilogue) against the same kernel
+// then GeluCastFp8 (the unfused path), with each tile: the BF16 pre-activation, the FP8 codes,
+// amax and every counter bit-identical. The scale saturates the largest values, and the
+// pre-activations' negative tail flushes to zero; fewer tiles than CTAs and several per CTA.
+TEST_F(CudaFp8GemmTest, OwnSm90GeluCastMatchesGemmThenGeluCastFp8) {
+  if (!Fp8GemmSm90Available()) GTEST_SKIP() << "our FP8 GEMM needs compute capability 9.0";
+  const Fp8Format e4 = Fp8Format::kE4M3;
+  std::normal_distribution<float> d(0.f, 1.f);
+  gpu_->set_fp8_gemm_gelu(true);
+  for (Fp8GemmTile tile : {Fp8GemmTile::kAuto, Fp8GemmTile::kN128, Fp8GemmTile::kPingPong}) {
+    gpu_->set_fp8_gemm(CudaBackend::Fp8Gemm::kSm90, tile);
+    for (const auto& [M, N, K] :
+         {std::array<int, 3>{256, 768, 384}, std::array<int, 3>{2048, 3072, 768}}) {
+      SCOPED_TRACE(absl::StrCat(M, "x", N, "x", K, " tile ", static_cast<int>(tile)));
+      std::vector<uint8_t> a(size_t(M) * K), b(size_t(N) * K);
+      for (auto& c : a) c = cpu::EncodeFp8(d(rng_) * 40.f, e4);
+      for (auto& c : b) c = cpu::EncodeFp8(d(rng_) * 3.f, e4);
+      std::vector<float> bias(N);
+      for (auto& x : bias) x = RoundBF16(d(rng_));
+      const uint8_t *da = Upload(a), *db = Upload(b);
+      const float *sa = Upload(std::vector<float>{0.03f}), *sb = Upload(std::vector<float>{0.5f});
+      const void* dbias = UploadBF16(bias);
+      const float* scale = Upload(std::vector<float>{4.f});
+      void* pre[2] = {UploadBF16(std::vector<float>(size_t(M) * N, NAN)),
+                      UploadBF16(std::vector<float>(size_t(M) * N, NAN))};
+      uint8_t* codes[2] = {Upload(std::vector<uint8_t>(size_t(M) * N, 0x7f)),
+                           Upload(std::vector<uint8_t>(size_t(M) * N, 0x7f))};
+      float* amax[2] = {Upload(std::vector<float>{0.f}), Upload(std::vector<float>{0.f})};
+      uint64_t* counts[2] = {Upload(std::vector<uint64_t>(kFp8CountersPerTensor, 0)),
+                             Upload(std::vector<uint64_t>(kFp8CountersPerTensor, 0))};
+      ASSERT_TRUE(gpu_->MatmulFp8GeluCast(pre[0], codes[0], da, e4, sa, db, e4, sb, dbias, M, N, K,
+                                          e4, scale, amax[0], counts[0]));
+      gpu_->MatmulFp8(pre[1], da, e4, sa, db, e4, sb, dbias, M, N, K, false, true);
+      gpu_->GeluCastFp8(codes[1], nullptr, nullptr, pre[1], M, N, e4, scale, amax[1], counts[1]);
+      const size_t n = size_t(M) * N;
+      EXPECT_TRUE(Download(static_cast<const uint16_t*>(pre[0]), n) ==
+                  Download(static_cast<const uint16_t*>(pre[1]), n))
+          << "pre-activation";
+      const std::vector<uint8_t> fused = Download(codes[0], n), apart = Download(codes[1], n);
+      size_t first = 0;
+      while (first < n && fused[first] == apart[first]) ++first;
+      EXPECT_EQ(first, n) << "codes differ first at " << first / N << "," << first % N;
+      EXPECT_EQ(Download(amax[0], 1)[0], Download(amax[1], 1)[0]) << "amax";
+      const std::vector<uint64_t> c0 = Download(counts[0], kFp8CountersPerTensor),
+                                  c1 = Download(counts[1], kFp8CountersPerTensor);
+      EXPECT_EQ(c0, c1) << "counters";
+      EXPECT_GT(c1[0], 0u) << "nothing saturated";
+      EXPECT_GT(c1[1], 0u) << "nothing flushed to zero";
+    }
+  }
+  // Off (the default) or on shapes our kernel does not take, the caller runs the two ops.
+  gpu_->set_fp8_gemm_gelu(false);
+  EXPECT_FALSE(gpu_->MatmulFp8GeluCast(nullptr, nullptr, nullptr, e4, nullptr, nullptr, e4, nullptr,
+                                       nullptr, 128, 128, 128, e4, nullptr, nullptr, nullptr));
+  gpu_->set_fp8_gemm_gelu(true);
+  EXPECT_FALSE(gpu_->MatmulFp8GeluCast(nullptr, nullptr, nullptr, e4, nullptr, nullptr, e4, nullptr,
+                                       nullptr, 48, 128, 128, e4, nullptr, nullptr, nullptr));
 }
 
 TEST_F(CudaFp8GemmTest, RejectsBadShapesAndTwoE5M2Operands) {

@@ -112,6 +112,34 @@ TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) 
   }
 }
 
+// ModelOptions::fp8_fuse_gelu_cast: fc2's input cast by fc1's GEMM (Backend::MatmulFp8GeluCast,
+// which the cpu backend takes: fc2 then reads the GELU output's buffer) trains exactly as the
+// GEMM followed by fc2's own cast, with the same statistics and element counts, with and
+// without activation checkpointing (whose recomputed fc1 runs unfused).
+TEST(Fp8RecomputeTest, CastingFc2sInputInFc1sGemmTrainsTheSame) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  for (Recompute mode : {Recompute::kNone, Recompute::kMlp}) {
+    for (int accum : {1, 3}) {
+      SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
+      ModelOptions apart = Options(mode, /*keep=*/false, accum);
+      apart.fp8_fuse_gelu_cast = false;
+      const TrainResult fused = Train(cpu.get(), Options(mode, false, accum), 3);
+      const TrainResult split = Train(cpu.get(), apart, 3);
+      ASSERT_EQ(fused.losses.size(), static_cast<size_t>(3 * accum));
+      EXPECT_EQ(split.losses, fused.losses);
+      EXPECT_EQ(split.params, fused.params);
+      ASSERT_EQ(split.stats.size(), fused.stats.size());
+      for (size_t i = 0; i < fused.stats.size(); ++i) {
+        EXPECT_EQ(split.stats[i].amax, fused.stats[i].amax) << i;
+        EXPECT_EQ(split.stats[i].scale, fused.stats[i].scale) << i;
+        EXPECT_EQ(split.stats[i].saturated_ratio, fused.stats[i].saturated_ratio) << i;
+        EXPECT_EQ(split.stats[i].underflow_ratio, fused.stats[i].underflow_ratio) << i;
+        EXPECT_EQ(split.stats[i].elements, fused.stats[i].elements) << i;
+      }
+    }
+  }
+}
+
 // ModelOptions::fp8_keep_weight_transposes (what the trainer sets where FP8 then still fits in
 // BF16's memory): the weight transposes written with the weights once per step instead of cast
 // again in every backward train identically, and take every Linear's transpose less the

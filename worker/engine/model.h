@@ -99,6 +99,11 @@ struct ModelOptions {
   // (LayerNormFp8FromStats). Set like fp8_keep_weight_transposes
   // (fp8_keeps_ln_input_transposes); the bytes are the same.
   bool fp8_keep_ln_input_transposes = false;
+  // FP8 only: offer fc1's forward GEMM and fc2's input cast to the backend as one op
+  // (Backend::MatmulFp8GeluCast; the FP8 GELU lands in the GELU output's buffer, which FP8
+  // training leaves unused) where fc2's input transpose is not kept. Where the backend does
+  // not take it, the two run as before. For tests that compare the two; the bytes are the same.
+  bool fp8_fuse_gelu_cast = true;
 };
 
 class Model {
@@ -384,6 +389,8 @@ class Model {
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
   // The Linear (layer * kLinears + t) whose FP8 input its LayerNorm has written; -1: none.
   int fp8_input_cast_by_ln_ = -1;
+  // Likewise for fc2's input cast by fc1's GEMM (MatmulFp8GeluCast), into fc2's `inp` buffer.
+  int fp8_input_cast_by_gemm_ = -1;
   // Where a recomputed cast's amax and counters go (nobody reads them): float, then
   // kFp8CountersPerTensor uint64 at byte 8.
   uint8_t* fp8_discard_ = nullptr;

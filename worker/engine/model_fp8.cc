@@ -6,7 +6,9 @@
 //             Backend::CastFp8Batch at the step's first FP8 Linear (row-major, kept per layer);
 //             out = FP8 GEMM (fast accumulation) + bias; fc1 writes only its pre-activation,
 //             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
-//             no BF16 GELU output is written or read);
+//             no BF16 GELU output is written or read), or, where the backend takes the two as
+//             one op (Backend::MatmulFp8GeluCast, ModelOptions::fp8_fuse_gelu_cast), fc1's GEMM
+//             casts fc2's input itself, into the GELU output's buffer;
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
 //             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> kept (written with the
 //             weight: fp8_keep_weight_transposes) or the FP8 weight transposed into one shared
@@ -129,6 +131,8 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
       be.CastFp8(fp8_input_, out_t, inp, N, C, in_fmt, s.scale(in), amax, counts);
     }
   };
+  const int linear = layer * Fp8State::kLinears + static_cast<int>(t);
+  const uint8_t* a = fp8_input_;
   if (fp8_recompute_) {
     // The backward's recomputation (activation checkpointing): the same input cast with the
     // same scale gives the same FP8 bytes, so the GEMM reproduces the forward's output. The
@@ -136,14 +140,18 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     // is recorded or kept again.
     cast_input(nullptr, reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
-  } else if (fp8_input_cast_by_ln_ == layer * Fp8State::kLinears + static_cast<int>(t)) {
+  } else if (fp8_input_cast_by_ln_ == linear) {
     // LayerNormBeforeLinear wrote fp8_input_ (and input_t where kept) and recorded the cast.
+  } else if (fp8_input_cast_by_gemm_ == linear) {
+    // fc1's GEMM cast this (fc2's) input into inp's buffer and recorded the cast.
+    a = static_cast<const uint8_t*>(inp);
   } else {
     // b.input_t is null where the backward recomputes the transpose.
     cast_input(b.input_t, s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
   fp8_input_cast_by_ln_ = -1;
+  fp8_input_cast_by_gemm_ = -1;
   // The weights do not change between a forward and its backward: a recompute finds them
   // cast already. The step's first FP8 Linear casts every layer's (one batch of small casts).
   // (b.weight_t, where kept, is written with b.weight; else the backward transposes b.weight.)
@@ -152,8 +160,25 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
   // (gelu_pre above), and so does the backward's recomputed transpose, so the forward and the
   // backward cast the same values.
   void* const gemm_out = epilogue == kernels::Epilogue::kGelu ? pre_gelu : out;
-  be.MatmulFp8(gemm_out, fp8_input_, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w),
-               bias, N, OC, C, /*accumulate=*/false, /*fast_accum=*/true);
+  if (epilogue == kernels::Epilogue::kGelu && t == Fp8Linear::kFc1 && !fp8_recompute_ &&
+      options_.fp8_fuse_gelu_cast &&
+      fp8_linears_[static_cast<size_t>(layer) * Fp8State::kLinears +
+                   static_cast<int>(Fp8Linear::kFc2)]
+              .input_t == nullptr) {
+    // fc2's input cast (its forward cast: recorded, as there) in fc1's GEMM where the backend
+    // takes it, into out (the GELU output's buffer, unused in FP8 training: fc2's inp), which
+    // holds N·OC bytes and is not the GEMM's operand. fc2's Linear then finds it cast.
+    const int in2 = s.Index(layer, Fp8Linear::kFc2, Fp8Role::kInput);
+    if (be.MatmulFp8GeluCast(gemm_out, static_cast<uint8_t*>(out), a, in_fmt, s.scale_inv(in),
+                             b.weight, w_fmt, s.scale_inv(w), bias, N, OC, C, in_fmt, s.scale(in2),
+                             s.amax(in2), s.counts(in2))) {
+      s.AddElements(in2, static_cast<int64_t>(N) * OC);
+      fp8_input_cast_by_gemm_ = layer * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2);
+      return;
+    }
+  }
+  be.MatmulFp8(gemm_out, a, in_fmt, s.scale_inv(in), b.weight, w_fmt, s.scale_inv(w), bias, N, OC,
+               C, /*accumulate=*/false, /*fast_accum=*/true);
 }
 
 void Model::CastFp8Weights() {
