@@ -244,18 +244,25 @@ __device__ __forceinline__ void StageAccumulators(unsigned char* tile, int r,
 
 // Copies rows [tile_row0, tile_row0 + 64) × HS columns of a swizzled tile of ROWS rows to
 // global rows [row0, row0 + 64) (row stride `stride`; rows at or past T skipped), 16 bytes per
-// store, by the 128 threads of one warpgroup.
-template <int ROWS, int HS>
+// store, by the 128 threads of one warpgroup; each stored chunk also goes to
+// chunk(global row, chunk index, its 8 BF16 values).
+struct NoChunk {
+  __device__ __forceinline__ void operator()(int, int, uint4) const {}
+};
+template <int ROWS, int HS, class Chunk = NoChunk>
 __device__ __forceinline__ void StoreWarpgroupRows(bf16* dst, size_t stride, int row0, int T,
-                                                   const unsigned char* tile, int tile_row0) {
+                                                   const unsigned char* tile, int tile_row0,
+                                                   Chunk chunk = Chunk()) {
   constexpr int kChunks = HS / 8;
 #pragma unroll
   for (int it = 0; it < 64 * kChunks / 128; ++it) {
     const int i = it * 128 + threadIdx.x % 128;
     const int r = i / kChunks, c = i % kChunks;
     if (row0 + r < T) {
-      *reinterpret_cast<int4*>(dst + size_t(row0 + r) * stride + c * 8) =
-          *reinterpret_cast<const int4*>(tile + wgmma::SwizzledChunk(ROWS, tile_row0 + r, c));
+      const uint4 v =
+          *reinterpret_cast<const uint4*>(tile + wgmma::SwizzledChunk(ROWS, tile_row0 + r, c));
+      *reinterpret_cast<uint4*>(dst + size_t(row0 + r) * stride + c * 8) = v;
+      chunk(row0 + r, c, v);
     }
   }
 }

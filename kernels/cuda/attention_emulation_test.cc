@@ -323,11 +323,22 @@ unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   *p = old + v;
   return old;
 }
-// Declared for fp8_cast.cuh's Cast8 and FlushCastStats, which the emulated kernels do not call.
-unsigned __vmaxu2(unsigned, unsigned);
-unsigned __vcmpeq2(unsigned, unsigned);
-unsigned __vcmpeq4(unsigned, unsigned);
-int __popc(unsigned);
+// The SIMD-within-a-word intrinsics of fp8_cast.cuh's Cast8 (the attention forward's cast).
+unsigned __vmaxu2(unsigned a, unsigned b) {
+  return max(a & 0xffffu, b & 0xffffu) | (max(a >> 16, b >> 16) << 16);
+}
+unsigned __vcmpeq2(unsigned a, unsigned b) {
+  return ((a & 0xffffu) == (b & 0xffffu) ? 0xffffu : 0u) |
+         ((a >> 16) == (b >> 16) ? 0xffff0000u : 0u);
+}
+unsigned __vcmpeq4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int k = 0; k < 4; ++k) {
+    if (((a >> (8 * k)) & 0xffu) == ((b >> (8 * k)) & 0xffu)) r |= 0xffu << (8 * k);
+  }
+  return r;
+}
+int __popc(unsigned v) { return __builtin_popcount(v); }
 
 namespace boulder::kernels::cuda::attn {
 
@@ -978,8 +989,26 @@ void RunForwardSm90(const Problem& pr, const std::vector<bf16>& qkv, std::vector
   bf16* o = out->data();
   float* st = stats->data();
   const float scale_log2 = kLog2e / std::sqrt(float(HS));
-  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes,
-         [=] { FlashForwardSm90Kernel<HS>(o, st, q, T, C, NH, scale_log2); });
+  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes, [=] {
+    FlashForwardSm90Kernel<HS>(o, st, q, T, C, NH, scale_log2, nullptr, nullptr, nullptr, nullptr);
+  });
+}
+// With the FP8 cast of out (kFp8, as AttentionForwardSm90 with an AttentionFp8Cast).
+template <int HS>
+void RunForwardSm90Fp8(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf16>* out,
+                       std::vector<float>* stats, std::vector<uint8_t>* codes, float scale,
+                       float* amax, unsigned long long* counts) {
+  using Cfg = Sm90FwdCfg<HS>;
+  const int C = pr.C(), T = pr.T, NH = pr.NH;
+  const bf16* q = qkv.data();
+  bf16* o = out->data();
+  float* st = stats->data();
+  uint8_t* c8 = codes->data();
+  const float scale_log2 = kLog2e / std::sqrt(float(HS));
+  const float* sc = &scale;
+  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kFp8SmemBytes, [=] {
+    FlashForwardSm90Kernel<HS, true>(o, st, q, T, C, NH, scale_log2, c8, sc, amax, counts);
+  });
 }
 
 template <int HS>
@@ -1108,6 +1137,58 @@ TEST(AttentionEmulationTest, Head128Wgmma) {
   for (Schedule s : kAllSchedules) Check<128>({1, 150, 2, 128}, s, 15, Kernels::kWgmma);
   Check<128>({1, 64, 1, 128}, Schedule::kGreedyEagerCopies, 16, Kernels::kWgmma);
   Check<128>({2, 1, 1, 128}, Schedule::kGreedyLazyCopies, 17, Kernels::kWgmma);
+}
+
+// The wgmma forward with the FP8 cast of its output (the projection's input in FP8 training):
+// the same BF16 output and statistics as without it, and the codes, amax and counters CastFp8
+// (the CPU backend's, on that output) gives. Some columns of V are tiny, so their outputs
+// flush to zero; the scale saturates the largest outputs.
+template <int HS>
+void CheckFp8Cast(const Problem& pr, Schedule schedule, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "B=" << pr.B << " T=" << pr.T << " NH=" << pr.NH
+                                  << " HS=" << HS << " schedule " << int(schedule) << " FP8 cast");
+  emu::g_greedy = schedule != Schedule::kLockstepLazyCopies;
+  emu::g_eager_copies = schedule == Schedule::kGreedyEagerCopies;
+  emu::g_late_products = false;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int C = pr.C(), rows = pr.B * pr.T;
+  std::vector<bf16> qkv(size_t(rows) * 3 * C);
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    const bool tiny_v = int(i % (3 * C)) >= 2 * C && int(i % (3 * C)) % HS < 4;
+    qkv[i] = __float2bfloat16(nd(rng) * (tiny_v ? 1e-7f : 1.f));
+  }
+  std::vector<bf16> plain(size_t(rows) * C), fused(plain.size());
+  std::vector<float> plain_stats(size_t(pr.B) * pr.NH * pr.T), fused_stats(plain_stats.size());
+  RunForwardSm90<HS>(pr, qkv, &plain, &plain_stats);
+  float top = 0;
+  for (const bf16& x : plain) top = std::max(top, std::fabs(__bfloat162float(x)));
+  const float scale = 448.f / (0.6f * top);
+  std::vector<uint8_t> codes(plain.size(), 0x7f);
+  float amax = 0;
+  unsigned long long counts[3] = {0, 0, 0};
+  RunForwardSm90Fp8<HS>(pr, qkv, &fused, &fused_stats, &codes, scale, &amax, counts);
+  ASSERT_EQ(std::memcmp(plain.data(), fused.data(), plain.size() * 2), 0) << "BF16 output";
+  ASSERT_EQ(std::memcmp(plain_stats.data(), fused_stats.data(), plain_stats.size() * 4), 0);
+  std::vector<float> x(plain.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = __bfloat162float(plain[i]);
+  std::vector<uint8_t> want(plain.size());
+  float want_amax = 0;
+  uint64_t want_counts[3] = {0, 0, 0};
+  cpu::CastFp8(want.data(), nullptr, x.data(), rows, C, Fp8Format::kE4M3, &scale, &want_amax,
+               want_counts);
+  size_t first = 0;
+  while (first < want.size() && want[first] == codes[first]) ++first;
+  EXPECT_EQ(first, want.size()) << "codes differ first at " << first / C << "," << first % C;
+  EXPECT_EQ(amax, want_amax);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(counts[k], want_counts[k]) << "counter " << k;
+  EXPECT_GT(want_counts[0], 0u) << "nothing saturated";
+  EXPECT_GT(want_counts[1], 0u) << "nothing flushed to zero";
+}
+
+TEST(AttentionEmulationTest, WgmmaForwardCastsItsOutputToFp8) {
+  for (Schedule s : kAllSchedules) CheckFp8Cast<64>({2, 150, 2, 64}, s, 21);
+  CheckFp8Cast<128>({1, 100, 2, 128}, Schedule::kGreedyLazyCopies, 22);
 }
 
 }  // namespace

@@ -11,16 +11,18 @@ using attn::bf16;
 using attn::FlashForwardSm90Kernel;
 using attn::Sm90FwdCfg;
 
-template <int HS>
+template <int HS, bool kFp8>
 cudaError_t ForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
-                        cudaStream_t s) {
+                        cudaStream_t s, const AttentionFp8Cast* fp8) {
   using Cfg = Sm90FwdCfg<HS>;
-  cudaError_t err = cudaFuncSetAttribute(
-      FlashForwardSm90Kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  constexpr int kSmem = kFp8 ? Cfg::kFp8SmemBytes : Cfg::kSmemBytes;
+  cudaError_t err = cudaFuncSetAttribute(FlashForwardSm90Kernel<HS, kFp8>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   dim3 grid(B * NH, CeilDiv(T, Cfg::kBq));
-  FlashForwardSm90Kernel<HS><<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(
-      out, stats, qkv, T, C, NH, attn::kLog2e / sqrtf(float(HS)));
+  FlashForwardSm90Kernel<HS, kFp8><<<grid, Cfg::kThreads, kSmem, s>>>(
+      out, stats, qkv, T, C, NH, attn::kLog2e / sqrtf(float(HS)), kFp8 ? fp8->out : nullptr,
+      kFp8 ? fp8->scale : nullptr, kFp8 ? fp8->amax : nullptr, kFp8 ? fp8->counts : nullptr);
   return cudaGetLastError();
 }
 
@@ -42,10 +44,20 @@ bool AttentionWgmmaAvailable() {
 }
 
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                                 int NH, cudaStream_t s) {
+                                 int NH, cudaStream_t s, const AttentionFp8Cast* fp8) {
   const int hs = C / NH;
-  if (hs == 64) return ForwardSm90<64>(out, stats, qkv, B, T, C, NH, s);
-  if (hs == 128) return ForwardSm90<128>(out, stats, qkv, B, T, C, NH, s);
+  if (fp8 != nullptr && (fp8->out == nullptr || reinterpret_cast<uintptr_t>(fp8->out) % 8 != 0 ||
+                         fp8->scale == nullptr || fp8->amax == nullptr || fp8->counts == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (hs == 64) {
+    return fp8 ? ForwardSm90<64, true>(out, stats, qkv, B, T, C, NH, s, fp8)
+               : ForwardSm90<64, false>(out, stats, qkv, B, T, C, NH, s, nullptr);
+  }
+  if (hs == 128) {
+    return fp8 ? ForwardSm90<128, true>(out, stats, qkv, B, T, C, NH, s, fp8)
+               : ForwardSm90<128, false>(out, stats, qkv, B, T, C, NH, s, nullptr);
+  }
   return cudaErrorInvalidValue;
 }
 

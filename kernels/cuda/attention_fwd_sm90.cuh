@@ -14,10 +14,15 @@
 //     shared memory read MN-major (no transpose copy).
 // At the end out = O / l, staged through the warpgroup's own Q rows so every global store is a
 // whole 16-byte chunk of a row, and stats = (m + log2 l)·ln 2 as the backward expects.
+// kFp8 (Backend::AttentionForwardFp8Cast): each stored chunk of 8 BF16 values is also cast to
+// E4M3 with the projection's input scale into fp8_out (the same [B·T, C] layout), with Cast8
+// (fp8_cast.cuh: CastFp8's codes and statistics), the block's statistics added once at the end
+// (FlushCastStats) from a BlockCastStats after the V buffers.
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_FWD_SM90_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_FWD_SM90_CUH_
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/fp8_cast.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace boulder::kernels::cuda::attn {
@@ -29,15 +34,20 @@ struct Sm90FwdCfg {
   static constexpr int kQBytes = HS / 64 * kBq * 128, kKVBytes = HS / 64 * kBkv * 128;
   // Q, K[2], V[2], and room to align the start to 1024 bytes (the swizzle's period).
   static constexpr int kSmemBytes = kQBytes + 4 * kKVBytes + 1024;
+  // With the FP8 cast: a BlockCastStats after V[2] (at least 1 byte of the alignment room is
+  // left after it, so 16 more bytes hold it).
+  static constexpr int kFp8SmemBytes = kSmemBytes + 16;
 };
 
 // Two blocks per multiprocessor at both head sizes: at 128 that caps registers at 128 and ptxas
 // spills 92 bytes, and it still runs faster than one block of 161 registers (H200, hidden-2048
 // shape: 0.109 against 0.122 ms per call; the spare warps hide the wgmma and softmax latency).
-template <int HS>
+template <int HS, bool kFp8 = false>
 __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
     FlashForwardSm90Kernel(bf16* __restrict__ out, float* __restrict__ stats,
-                           const bf16* __restrict__ qkv, int T, int C, int NH, float scale_log2) {
+                           const bf16* __restrict__ qkv, int T, int C, int NH, float scale_log2,
+                           uint8_t* __restrict__ fp8_out, const float* __restrict__ fp8_scale,
+                           float* fp8_amax, unsigned long long* fp8_counts) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
   using Cfg = Sm90FwdCfg<HS>;
   constexpr int kBq = Cfg::kBq, kBkv = Cfg::kBkv, kO = HS / 2;
@@ -45,6 +55,8 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
   unsigned char* sQ = attn::AlignSwizzled(smem);
   unsigned char* sK = sQ + Cfg::kQBytes;
   unsigned char* sV = sK + 2 * Cfg::kKVBytes;
+  BlockCastStats& fp8_stats = *reinterpret_cast<BlockCastStats*>(sV + 2 * Cfg::kKVBytes);
+  if constexpr (kFp8) InitBlockCastStats(fp8_stats, threadIdx.x);  // the loop's barriers order it
 
   // Grid (B·NH, query tiles), the longest query tiles first (as attention_fwd.cuh).
   const int qt = gridDim.y - 1 - blockIdx.y;
@@ -184,8 +196,21 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
   // every global store is a whole 16-byte chunk of a row.
   attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
   attn::WarpgroupBarrier(wg);
-  attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                    64 * wg);
+  if constexpr (kFp8) {
+    CastStats st;
+    const float s = *fp8_scale;
+    uint8_t* dst8 = fp8_out + size_t(b) * T * C + h * HS;
+    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                      64 * wg, [&](int r, int c, uint4 v) {
+                                        float unused[8];
+                                        *reinterpret_cast<uint2*>(dst8 + size_t(r) * C + c * 8) =
+                                            Cast8<true>(v, s, st, unused);
+                                      });
+    FlushCastStats(st, fp8_stats, threadIdx.x, fp8_amax, fp8_counts);
+  } else {
+    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                      64 * wg);
+  }
   if (t4 == 0) {
     float* st = stats + (size_t(b) * NH + h) * T;
     if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;

@@ -169,8 +169,18 @@ bool AttentionWgmmaAvailable();
 // Whether `kernel` runs wgmma on the current device (kAuto: AttentionWgmmaAvailable(), asked
 // once per device); false for kWgmma where it is not available.
 bool AttentionUsesWgmma(AttentionKernel kernel);
+// fp8 (FP8 training, Backend::AttentionForwardFp8Cast): the kernel also writes out's E4M3
+// codes (x · *scale, CastFp8's encoding) into fp8->out ([B·T, C] bytes, 8-byte aligned) and
+// adds CastFp8's statistics of out to fp8->amax and fp8->counts (saturated, underflow,
+// non-finite): the bytes and statistics of CastFp8(fp8->out, nullptr, out, B·T, C, ...).
+struct AttentionFp8Cast {
+  uint8_t* out;
+  const float* scale;
+  float* amax;
+  unsigned long long* counts;
+};
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                                 int NH, cudaStream_t s);
+                                 int NH, cudaStream_t s, const AttentionFp8Cast* fp8 = nullptr);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
 // between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
