@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one-GPU call queued since session 13 (bench/fp8-gemm-2026-12-04.md, "Queued"), as one
 # script: the GPU tests of what has not run on a GPU yet (the tile choice, the ping-pong kernel,
-# fc2's input cast in fc1's epilogue), fp8_gemm_bench (ping-pong and fused-cast columns), then
-# whole FP8 steps with the fused cast off and on, alternating. About 6-8 minutes.
+# fc2's input cast in fc1's epilogue, the projection's input cast in the attention forward),
+# fp8_gemm_bench (ping-pong and fused-cast columns), then whole FP8 steps with the fused casts
+# off, the GEMM's on, and both on, alternating. About 7-9 minutes.
 #
 # Here (build, then bundle; the bundle must come from the commit being measured):
 #   cmake --build build --target boulder-trainer fp8_gemm_bench cuda_fp8_test \
@@ -31,10 +32,11 @@ for t in cuda_fp8_test engine_fp8_gpu_test engine_step_graph_gpu_test; do
   timeout 180 ".gpu/bin/$t" > "$W/$t.log" 2>&1
   test_line "$t" "$W/$t.log" $? $(($(date +%s) - s))
 done
-# The Model with the fused cast (off by default until measured).
+# The Model with the fused casts (off by default until measured).
 s=$(date +%s)
-BOULDER_FP8_GEMM_GELU=on timeout 180 .gpu/bin/engine_fp8_gpu_test > "$W/fused-engine.log" 2>&1
-test_line "engine_fp8_gpu_test (BOULDER_FP8_GEMM_GELU=on)" "$W/fused-engine.log" $? \
+BOULDER_FP8_GEMM_GELU=on BOULDER_FP8_ATTENTION_CAST=on timeout 180 .gpu/bin/engine_fp8_gpu_test \
+  > "$W/fused-engine.log" 2>&1
+test_line "engine_fp8_gpu_test (both fused casts on)" "$W/fused-engine.log" $? \
   $(($(date +%s) - s))
 grep -h -E "Failure|Expected|Which is|differ" "$W"/*.log | head -12 | tee -a "$S"
 timeout 120 .gpu/bin/fp8_gemm_bench --workloads seed,gpt2 --reps 20 > "$OUT/fp8_gemm_bench.log" 2>&1
@@ -42,20 +44,22 @@ echo "fp8_gemm_bench rc=$?" | tee -a "$S"
 grep -E "fwd|per step|fc2 input cast" "$OUT/fp8_gemm_bench.log" | tee -a "$S"
 export BOULDER_COMMIT=${BOULDER_COMMIT:-unknown} BOULDER_TRAINER=$PWD/.gpu/bin/boulder-trainer
 n=0
-for spec in "gpt2 off" "gpt2 on" "gpt2 off" "gpt2 on" "seed off" "seed on"; do
+# workload, BOULDER_FP8_GEMM_GELU, BOULDER_FP8_ATTENTION_CAST
+for spec in "gpt2 off off" "gpt2 on off" "gpt2 on on" "gpt2 off off" "gpt2 on off" "gpt2 on on" \
+  "seed off off" "seed on on"; do
   set -- $spec
   n=$((n + 1))
-  BOULDER_FP8_GEMM_GELU=$2 timeout 150 bench/gpu_bench.sh "$W/run$n" --workloads "$1" \
-    --precisions fp8 --modes "" > "$W/run$n.log" 2>&1
+  BOULDER_FP8_GEMM_GELU=$2 BOULDER_FP8_ATTENTION_CAST=$3 timeout 150 bench/gpu_bench.sh \
+    "$W/run$n" --workloads "$1" --precisions fp8 --modes "" > "$W/run$n.log" 2>&1
   if [[ -f $W/run$n/gpu-bench.json ]]; then
     python3 -c "
 import json
 r = json.load(open('$W/run$n/gpu-bench.json'))[0]
-print('run $n: $1 fp8 BOULDER_FP8_GEMM_GELU=$2 ms/step %.3f peak %d' % (r['ms_per_step'], r['peak_memory_bytes']))
+print('run $n: $1 fp8 GEMM_GELU=$2 ATTENTION_CAST=$3 ms/step %.3f peak %d' % (r['ms_per_step'], r['peak_memory_bytes']))
 " | tee -a "$S"
     cp "$W/run$n/gpu-bench.json" "$OUT/run$n.json"
   else
-    echo "run $n: $1 fp8 BOULDER_FP8_GEMM_GELU=$2: no result; its log ends:" | tee -a "$S"
+    echo "run $n: $1 fp8 GEMM_GELU=$2 ATTENTION_CAST=$3: no result; its log ends:" | tee -a "$S"
     tail -n 3 "$W/run$n.log" | tee -a "$S"
   fi
 done

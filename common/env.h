@@ -22,6 +22,11 @@ inline constexpr char kEnvFp8Gemm[] = "BOULDER_FP8_GEMM";
 // GEMM, then GeluCastFp8) or "on". Any other value fails the CUDA backend's creation.
 inline constexpr char kEnvFp8GemmGelu[] = "BOULDER_FP8_GEMM_GELU";
 
+// Whether FP8 training's attention forward casts its output (the projection's FP8 input) in
+// its own epilogue (the wgmma kernel, on Hopper): "off" (the default until it is measured on an
+// H200: the forward, then CastFp8) or "on". Any other value fails the CUDA backend's creation.
+inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
+
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

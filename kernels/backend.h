@@ -176,6 +176,17 @@ class Backend {
   // (log-sum-exp of each query row's scaled scores) saved for the backward.
   virtual void AttentionForward(void* out, float* stats, const void* qkv, int B, int T,
                                 int C, int NH) = 0;
+  // FP8 training's attention forward with the projection's input cast, where the backend fuses
+  // them: AttentionForward(out, stats, qkv, B, T, C, NH), then
+  // CastFp8(fp8_out, nullptr, out, B·T, C, format, scale, amax, counts).
+  // CONTRACT: out, stats, fp8_out's bytes and the statistics as those two calls give them.
+  // Returns false, having done nothing, where the backend does not take the call (the
+  // default): the caller then runs the two. fp8_out [B·T, C] may not overlap qkv or out.
+  virtual bool AttentionForwardFp8Cast(void* out, float* stats, const void* qkv, int B, int T,
+                                       int C, int NH, uint8_t* fp8_out, Fp8Format format,
+                                       const float* scale, float* amax, uint64_t* counts) {
+    return false;
+  }
   // dqkv = (not +=) gradient w.r.t. qkv given dout.
   virtual void AttentionBackward(void* dqkv, const void* dout, const void* qkv,
                                  const void* out, const float* stats, int B, int T, int C,

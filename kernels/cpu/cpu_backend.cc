@@ -232,6 +232,15 @@ void CpuBackend<S>::AttentionForward(void* out, float* stats, const void* qkv, i
 }
 
 template <typename S>
+bool CpuBackend<S>::AttentionForwardFp8Cast(void* out, float* stats, const void* qkv, int B, int T,
+                                            int C, int NH, uint8_t* fp8_out, Fp8Format format,
+                                            const float* scale, float* amax, uint64_t* counts) {
+  AttentionForward(out, stats, qkv, B, T, C, NH);
+  CastFp8(fp8_out, nullptr, out, B * T, C, format, scale, amax, counts);
+  return true;
+}
+
+template <typename S>
 void CpuBackend<S>::AttentionBackward(void* dqkv, const void* dout, const void* qkv,
                                       const void* out, const float* stats, int B, int T, int C,
                                       int NH) {

@@ -72,6 +72,10 @@ class CpuBackend final : public Backend {
   void MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight, void* dbias,
                           void* dout, const void* inp, const void* weight, int N, int C,
                           int OC) override;
+  // Both ops in one call: the default's results (so the Model's fused path runs here too).
+  bool AttentionForwardFp8Cast(void* out, float* stats, const void* qkv, int B, int T, int C,
+                               int NH, uint8_t* fp8_out, Fp8Format format, const float* scale,
+                               float* amax, uint64_t* counts) override;
   void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                         int NH) override;
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,

@@ -172,5 +172,37 @@ TEST(CpuBackendTest, MatmulFp8GeluCastIsTheGemmThenGeluCastFp8) {
   EXPECT_GT(counts[1][1], 2u) << "nothing flushed to zero";
 }
 
+// AttentionForwardFp8Cast (taken here: the Model's fused attention + projection-input cast)
+// gives what AttentionForward then CastFp8 give.
+TEST(CpuBackendTest, AttentionForwardFp8CastIsTheForwardThenCastFp8) {
+  auto be = NewCpuBackend(2);
+  const int B = 2, T = 33, NH = 2, C = 128;
+  std::vector<float> qkv(size_t(B) * T * 3 * C);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * float(i)) * (1 + i % 5);
+  std::vector<float> out[2], stats[2];
+  std::vector<uint8_t> codes[2];
+  const float scale = 300.f;
+  float amax[2] = {0.f, 0.f};
+  uint64_t counts[2][kFp8CountersPerTensor] = {{0, 0, 0}, {0, 0, 0}};
+  for (int k = 0; k < 2; ++k) {
+    out[k].assign(size_t(B) * T * C, NAN);
+    stats[k].assign(size_t(B) * NH * T, NAN);
+    codes[k].assign(size_t(B) * T * C, 0x7f);
+  }
+  ASSERT_TRUE(be->AttentionForwardFp8Cast(out[0].data(), stats[0].data(), qkv.data(), B, T, C, NH,
+                                          codes[0].data(), Fp8Format::kE4M3, &scale, &amax[0],
+                                          counts[0]));
+  be->AttentionForward(out[1].data(), stats[1].data(), qkv.data(), B, T, C, NH);
+  be->CastFp8(codes[1].data(), nullptr, out[1].data(), B * T, C, Fp8Format::kE4M3, &scale, &amax[1],
+              counts[1]);
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(stats[0].data(), stats[1].data(), stats[0].size() * sizeof(float)), 0);
+  EXPECT_EQ(codes[0], codes[1]);
+  EXPECT_EQ(amax[0], amax[1]);
+  EXPECT_GT(amax[1], 0.f);
+  for (int c = 0; c < kFp8CountersPerTensor; ++c) EXPECT_EQ(counts[0][c], counts[1][c]) << c;
+  EXPECT_GT(counts[1][0], 0u) << "nothing saturated";
+}
+
 }  // namespace
 }  // namespace boulder::kernels::cpu

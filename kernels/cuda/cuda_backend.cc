@@ -69,6 +69,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     }
     b->fp8_gemm_gelu_ = choice == "on";
   }
+  if (const char* v = std::getenv(common::kEnvFp8AttentionCast); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice != "on" && choice != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(common::kEnvFp8AttentionCast, "=", choice, ": expected on or off"));
+    }
+    b->fp8_attention_cast_ = choice == "on";
+  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;
@@ -517,6 +525,29 @@ void CudaBackend::AttentionForward(void* out, float* stats, const void* qkv, int
   Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B, T,
                                C, NH, stream_),
         "AttentionForward");
+}
+
+bool CudaBackend::AttentionForwardFp8Cast(void* out, float* stats, const void* qkv, int B, int T,
+                                          int C, int NH, uint8_t* fp8_out, Fp8Format format,
+                                          const float* scale, float* amax, uint64_t* counts) {
+  if (!Ok()) return true;  // the backend has failed: nothing runs (as every op)
+  if (!fp8_attention_cast_ || format != Fp8Format::kE4M3 || !cuda::AttentionWgmmaAvailable() ||
+      reinterpret_cast<uintptr_t>(fp8_out) % 8 != 0) {
+    return false;
+  }
+  ProfileScope profile(this, "AttentionForwardFp8Cast");
+  const void* tensors[] = {out, qkv};
+  absl::Status shape = CheckAttentionShape(tensors, 2, B, T, C, NH);
+  if (!shape.ok()) {
+    Fail(shape);
+    return true;
+  }
+  const cuda::AttentionFp8Cast fp8{fp8_out, scale, amax,
+                                   reinterpret_cast<unsigned long long*>(counts)};
+  Check(cuda::AttentionForwardSm90(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B,
+                                   T, C, NH, stream_, &fp8),
+        "AttentionForwardFp8Cast");
+  return true;
 }
 
 void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,

@@ -28,6 +28,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/fp8_ops.h"
+#include "kernels/cuda/ops.h"
 
 namespace boulder::kernels::cuda {
 namespace {
@@ -470,6 +471,60 @@ TEST_F(CudaFp8GemmTest, OwnSm90GeluCastMatchesGemmThenGeluCastFp8) {
   gpu_->set_fp8_gemm_gelu(true);
   EXPECT_FALSE(gpu_->MatmulFp8GeluCast(nullptr, nullptr, nullptr, e4, nullptr, nullptr, e4, nullptr,
                                        nullptr, 48, 128, 128, e4, nullptr, nullptr, nullptr));
+}
+
+// AttentionForwardFp8Cast on the wgmma forward (the projection's input cast in its epilogue)
+// against AttentionForward then CastFp8: the BF16 output, the statistics for the backward, the
+// FP8 codes, amax and every counter bit-identical; head sizes 64 and 128, T not a multiple of
+// the 128-query tile. The scale saturates the largest outputs.
+TEST_F(CudaFp8Test, AttentionForwardFp8CastMatchesForwardThenCastFp8) {
+  if (!AttentionWgmmaAvailable()) GTEST_SKIP() << "the wgmma attention forward needs sm_90a";
+  gpu_->set_fp8_attention_cast(true);
+  std::normal_distribution<float> d(0.f, 1.f);
+  struct Shape {
+    int B, T, NH, C;
+  };
+  for (const Shape& sh : {Shape{2, 1024, 12, 768}, Shape{1, 300, 4, 512}}) {
+    SCOPED_TRACE(absl::StrCat("B=", sh.B, " T=", sh.T, " NH=", sh.NH, " C=", sh.C));
+    const size_t rows = size_t(sh.B) * sh.T, n = rows * sh.C;
+    std::vector<float> qkv(rows * 3 * sh.C);
+    for (auto& x : qkv) x = RoundBF16(d(rng_));
+    const void* dqkv = UploadBF16(qkv);
+    const float* scale = Upload(std::vector<float>{200.f});
+    void* out[2] = {UploadBF16(std::vector<float>(n, NAN)), UploadBF16(std::vector<float>(n, NAN))};
+    float* lse[2] = {Upload(std::vector<float>(size_t(sh.B) * sh.NH * sh.T, NAN)),
+                     Upload(std::vector<float>(size_t(sh.B) * sh.NH * sh.T, NAN))};
+    uint8_t* codes[2] = {Upload(std::vector<uint8_t>(n, 0x7f)),
+                         Upload(std::vector<uint8_t>(n, 0x7f))};
+    float* amax[2] = {Upload(std::vector<float>{0.f}), Upload(std::vector<float>{0.f})};
+    uint64_t* counts[2] = {Upload(std::vector<uint64_t>(kFp8CountersPerTensor, 0)),
+                           Upload(std::vector<uint64_t>(kFp8CountersPerTensor, 0))};
+    ASSERT_TRUE(gpu_->AttentionForwardFp8Cast(out[0], lse[0], dqkv, sh.B, sh.T, sh.C, sh.NH,
+                                              codes[0], Fp8Format::kE4M3, scale, amax[0],
+                                              counts[0]));
+    gpu_->AttentionForward(out[1], lse[1], dqkv, sh.B, sh.T, sh.C, sh.NH);
+    gpu_->CastFp8(codes[1], nullptr, out[1], int(rows), sh.C, Fp8Format::kE4M3, scale, amax[1],
+                  counts[1]);
+    EXPECT_TRUE(Download(static_cast<const uint16_t*>(out[0]), n) ==
+                Download(static_cast<const uint16_t*>(out[1]), n))
+        << "BF16 output";
+    const size_t nl = size_t(sh.B) * sh.NH * sh.T;
+    const std::vector<float> l0 = Download(lse[0], nl), l1 = Download(lse[1], nl);
+    EXPECT_EQ(std::memcmp(l0.data(), l1.data(), nl * 4), 0) << "log-sum-exp";
+    const std::vector<uint8_t> fused = Download(codes[0], n), apart = Download(codes[1], n);
+    size_t first = 0;
+    while (first < n && fused[first] == apart[first]) ++first;
+    EXPECT_EQ(first, n) << "codes differ first at " << first / sh.C << "," << first % sh.C;
+    EXPECT_EQ(Download(amax[0], 1)[0], Download(amax[1], 1)[0]) << "amax";
+    const std::vector<uint64_t> c0 = Download(counts[0], kFp8CountersPerTensor),
+                                c1 = Download(counts[1], kFp8CountersPerTensor);
+    EXPECT_EQ(c0, c1) << "counters";
+    EXPECT_GT(c1[0], 0u) << "nothing saturated";
+  }
+  // Off (the default), the caller runs the two ops.
+  gpu_->set_fp8_attention_cast(false);
+  EXPECT_FALSE(gpu_->AttentionForwardFp8Cast(nullptr, nullptr, nullptr, 1, 1, 64, 1, nullptr,
+                                             Fp8Format::kE4M3, nullptr, nullptr, nullptr));
 }
 
 TEST_F(CudaFp8GemmTest, RejectsBadShapesAndTwoE5M2Operands) {

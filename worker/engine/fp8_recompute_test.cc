@@ -123,6 +123,36 @@ TEST(Fp8RecomputeTest, CastingFc2sInputInFc1sGemmTrainsTheSame) {
       SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
       ModelOptions apart = Options(mode, /*keep=*/false, accum);
       apart.fp8_fuse_gelu_cast = false;
+      apart.fp8_fuse_attention_cast = false;
+      const TrainResult fused = Train(cpu.get(), Options(mode, false, accum), 3);
+      const TrainResult split = Train(cpu.get(), apart, 3);
+      ASSERT_EQ(fused.losses.size(), static_cast<size_t>(3 * accum));
+      EXPECT_EQ(split.losses, fused.losses);
+      EXPECT_EQ(split.params, fused.params);
+      ASSERT_EQ(split.stats.size(), fused.stats.size());
+      for (size_t i = 0; i < fused.stats.size(); ++i) {
+        EXPECT_EQ(split.stats[i].amax, fused.stats[i].amax) << i;
+        EXPECT_EQ(split.stats[i].scale, fused.stats[i].scale) << i;
+        EXPECT_EQ(split.stats[i].saturated_ratio, fused.stats[i].saturated_ratio) << i;
+        EXPECT_EQ(split.stats[i].underflow_ratio, fused.stats[i].underflow_ratio) << i;
+        EXPECT_EQ(split.stats[i].elements, fused.stats[i].elements) << i;
+      }
+    }
+  }
+}
+
+// ModelOptions::fp8_fuse_attention_cast: the projection's input cast by the attention forward
+// (Backend::AttentionForwardFp8Cast, which the cpu backend takes) trains exactly as the forward
+// followed by the projection's own cast, with and without activation checkpointing (whose
+// recomputed attention runs unfused) and with fc2's input cast fused too.
+TEST(Fp8RecomputeTest, CastingTheProjectionsInputInTheAttentionForwardTrainsTheSame) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
+    for (int accum : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
+      ModelOptions apart = Options(mode, /*keep=*/false, accum);
+      apart.fp8_fuse_attention_cast = false;
+      apart.fp8_fuse_gelu_cast = false;
       const TrainResult fused = Train(cpu.get(), Options(mode, false, accum), 3);
       const TrainResult split = Train(cpu.get(), apart, 3);
       ASSERT_EQ(fused.losses.size(), static_cast<size_t>(3 * accum));

@@ -320,7 +320,7 @@ void Model::ForwardImpl(int B, int T) {
     LayerActs& la = act_.layers[l];
     Linear(l, Fp8Linear::kQkv, la.qkv, nullptr, la.ln1, P(TensorKind::kQkvWeight, l),
            P(TensorKind::kQkvBias, l), N, C, 3 * C, Epilogue::kNone);
-    be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, C, NH);
+    AttentionBeforeLinear(l, B, T);
     Linear(l, Fp8Linear::kAttnProj, act_.scratch, nullptr, la.atty,
            P(TensorKind::kAttnProjWeight, l), P(TensorKind::kAttnProjBias, l), N, C, C,
            Epilogue::kNone);

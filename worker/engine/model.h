@@ -104,6 +104,11 @@ struct ModelOptions {
   // training leaves unused) where fc2's input transpose is not kept. Where the backend does
   // not take it, the two run as before. For tests that compare the two; the bytes are the same.
   bool fp8_fuse_gelu_cast = true;
+  // FP8 only: offer the attention forward and the projection's input cast to the backend as
+  // one op (Backend::AttentionForwardFp8Cast, into the shared FP8 input scratch) where the
+  // projection's input transpose is not kept; where the backend does not take it, the two run
+  // as before. For tests that compare the two; the bytes are the same.
+  bool fp8_fuse_attention_cast = true;
 };
 
 class Model {
@@ -336,6 +341,12 @@ class Model {
   void LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* out, float* mean,
                              float* rstd, const void* a, const void* b, const void* weight,
                              const void* bias, int N, int C);
+  // `layer`'s attention forward (Backend::AttentionForward into its atty and att_stats). In an
+  // FP8 training forward where the projection's input transpose is not kept and
+  // ModelOptions::fp8_fuse_attention_cast, it offers the backend the projection's input cast
+  // with it (Backend::AttentionForwardFp8Cast into fp8_input_, the cast's statistics recorded
+  // once); where the backend takes it, the projection's Linear skips its input cast.
+  void AttentionBeforeLinear(int layer, int B, int T);
 
   kernels::Backend* backend_;
   ModelOptions options_;
@@ -387,8 +398,10 @@ class Model {
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
-  // The Linear (layer * kLinears + t) whose FP8 input its LayerNorm has written; -1: none.
-  int fp8_input_cast_by_ln_ = -1;
+  // The Linear (layer * kLinears + t) whose FP8 input is in fp8_input_ already, cast and
+  // recorded by the op before it (its LayerNorm, or for the projection the attention forward);
+  // -1: none.
+  int fp8_input_precast_ = -1;
   // Likewise for fc2's input cast by fc1's GEMM (MatmulFp8GeluCast), into fc2's `inp` buffer.
   int fp8_input_cast_by_gemm_ = -1;
   // Where a recomputed cast's amax and counters go (nobody reads them): float, then

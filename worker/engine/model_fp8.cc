@@ -8,7 +8,9 @@
 //             and fc2's input cast computes the GELU from it (Backend::GeluCastFp8, one pass:
 //             no BF16 GELU output is written or read), or, where the backend takes the two as
 //             one op (Backend::MatmulFp8GeluCast, ModelOptions::fp8_fuse_gelu_cast), fc1's GEMM
-//             casts fc2's input itself, into the GELU output's buffer;
+//             casts fc2's input itself, into the GELU output's buffer; likewise the attention
+//             forward may cast the projection's input itself (Backend::AttentionForwardFp8Cast,
+//             ModelOptions::fp8_fuse_attention_cast, Model::AttentionBeforeLinear);
 //   backward: dGELU (fc1), bias gradient in the compute dtype and dout -> cast-transpose (E5M2
 //             in hybrid) in one Backend::CastFp8Grad; weightᵀ -> kept (written with the
 //             weight: fp8_keep_weight_transposes) or the FP8 weight transposed into one shared
@@ -140,8 +142,9 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     // is recorded or kept again.
     cast_input(nullptr, reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
-  } else if (fp8_input_cast_by_ln_ == linear) {
-    // LayerNormBeforeLinear wrote fp8_input_ (and input_t where kept) and recorded the cast.
+  } else if (fp8_input_precast_ == linear) {
+    // LayerNormBeforeLinear (and input_t where kept) or AttentionBeforeLinear wrote fp8_input_
+    // and recorded the cast.
   } else if (fp8_input_cast_by_gemm_ == linear) {
     // fc1's GEMM cast this (fc2's) input into inp's buffer and recorded the cast.
     a = static_cast<const uint8_t*>(inp);
@@ -150,7 +153,7 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     cast_input(b.input_t, s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
-  fp8_input_cast_by_ln_ = -1;
+  fp8_input_precast_ = -1;
   fp8_input_cast_by_gemm_ = -1;
   // The weights do not change between a forward and its backward: a recompute finds them
   // cast already. The step's first FP8 Linear casts every layer's (one batch of small casts).
@@ -230,7 +233,28 @@ void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* 
                                  fp8_linears_[static_cast<size_t>(linear)].input_t,
                                  s.Format(Fp8Role::kInput), s.scale(in), s.amax(in), s.counts(in));
   s.AddElements(in, static_cast<int64_t>(N) * C);
-  fp8_input_cast_by_ln_ = linear;
+  fp8_input_precast_ = linear;
+}
+
+void Model::AttentionBeforeLinear(int layer, int B, int T) {
+  kernels::Backend& be = *backend_;
+  const ModelConfig& c = options_.config;
+  LayerActs& la = act_.layers[layer];
+  const int linear = layer * Fp8State::kLinears + static_cast<int>(Fp8Linear::kAttnProj);
+  if (fp8_ != nullptr && fp8_training_forward_ && !fp8_recompute_ &&
+      options_.fp8_fuse_attention_cast &&
+      fp8_linears_[static_cast<size_t>(linear)].input_t == nullptr) {
+    Fp8State& s = *fp8_;
+    const int in = s.Index(layer, Fp8Linear::kAttnProj, Fp8Role::kInput);
+    if (be.AttentionForwardFp8Cast(la.atty, la.att_stats, la.qkv, B, T, c.hidden, c.heads,
+                                   fp8_input_, s.Format(Fp8Role::kInput), s.scale(in), s.amax(in),
+                                   s.counts(in))) {
+      s.AddElements(in, static_cast<int64_t>(B) * T * c.hidden);
+      fp8_input_precast_ = linear;
+      return;
+    }
+  }
+  be.AttentionForward(la.atty, la.att_stats, la.qkv, B, T, c.hidden, c.heads);
 }
 
 void Model::DataGradientFp8(int layer, Fp8Linear t, void* dinp, int N, int C, int OC) {
