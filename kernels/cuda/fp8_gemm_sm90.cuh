@@ -5,7 +5,8 @@
 // 128 bytes], each tile written by TMA with the 128-byte swizzle (16-byte chunk c of row r at
 // chunk c ^ (r % 8); wgmma.cuh describes the layout, which is the BF16 K-major one byte for
 // byte: one k32 step of FP8 is 32 bytes along the row), then the output tile's staging, then
-// full[kStages] and empty[kStages] mbarriers. full[s] completes when stage s's bytes
+// full[kStages] and empty[kStages] mbarriers, then the consumer warps' statistics slots (the
+// kGelu kernels' cast of fc2's input). full[s] completes when stage s's bytes
 // have landed (TMA's complete_tx); empty[s] when the 8 consumer warps have retired their
 // products on it.
 //

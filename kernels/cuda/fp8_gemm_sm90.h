@@ -17,7 +17,10 @@
 // calls (weight gradients) read and write global memory directly. fast_accum false (data and
 // weight gradients, as Transformer Engine's split accumulator) adds each 128-deep block's
 // products into FP32 registers of their own, so the tensor cores' reduced-precision
-// accumulation spans at most 128 products.
+// accumulation spans at most 128 products. With Fp8GemmGeluCast (fc1's forward), the same
+// staging then carries fc2's FP8 input (GELU of the BF16 output, cast with its statistics) to
+// a second set of TMA stores: no separate GELU cast reads the output back (not yet measured on
+// a GPU; CudaBackend::MatmulFp8GeluCast, off by default).
 //
 // Measured on the H200 (fp8_gemm_bench, bench/fp8-gemm-2026-12-04.md): faster than cuBLASLt on
 // the forwards with k <= 1024 (GPT-2's qkv, projection, fc1: 5-18%), level or slower at larger
