@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "common/memory_estimate.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
@@ -284,6 +287,17 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                          mo.fp8_keep_ln_input_transposes ? "kept per layer"
                                                          : "recomputed in the backward",
                          " (kept where FP8 stays within BF16's memory)"));
+    // The casts fused into the op before them where the backend takes them (off by default on
+    // the GPU until measured; the CUDA backend has checked the values).
+    auto on = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v != nullptr && std::string(v) == "on";
+    };
+    Info(o, absl::StrCat("fp8: fc2's input cast in fc1's GEMM ",
+                         on(common::kEnvFp8GemmGelu) ? "on" : "off", " (", common::kEnvFp8GemmGelu,
+                         "), the projection's in the attention forward ",
+                         on(common::kEnvFp8AttentionCast) ? "on" : "off", " (",
+                         common::kEnvFp8AttentionCast, ")"));
   }
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
