@@ -6,10 +6,11 @@
 # off, the GEMM's on, and both on, alternating. About 7-9 minutes.
 #
 # Here (build, then bundle; the bundle must come from the commit being measured):
-#   cmake --build build --target boulder-trainer fp8_gemm_bench cuda_fp8_test \
+#   cmake --build build --target boulder-trainer fp8_gemm_bench attention_bench cuda_fp8_test \
 #     engine_fp8_gpu_test engine_step_graph_gpu_test
 #   rm -rf .gpu .gpuz/gpu.tar.xz && mkdir -p .gpuz
 #   ../shared/tools/gpu-bundle .gpu build/bin/boulder-trainer build/bin/fp8_gemm_bench \
+#     build/bin/attention_bench \
 #     build/tests/cuda_fp8_test build/tests/engine_fp8_gpu_test build/tests/engine_step_graph_gpu_test
 #   strip .gpu/bin/*; tar -cf - .gpu | xz -T2 -3 > .gpuz/gpu.tar.xz
 # There (the device tool, carry [".gpuz"]):
@@ -42,6 +43,9 @@ grep -h -E "Failure|Expected|Which is|differ" "$W"/*.log | head -12 | tee -a "$S
 timeout 120 .gpu/bin/fp8_gemm_bench --workloads seed,gpt2 --reps 20 > "$OUT/fp8_gemm_bench.log" 2>&1
 echo "fp8_gemm_bench rc=$?" | tee -a "$S"
 grep -E "fwd|per step|fc2 input cast" "$OUT/fp8_gemm_bench.log" | tee -a "$S"
+timeout 120 .gpu/bin/attention_bench --shape all --iters 20 > "$OUT/attention_bench.log" 2>&1
+echo "attention_bench rc=$?" | tee -a "$S"
+grep -E "FP8|codes differ" "$OUT/attention_bench.log" | tee -a "$S"
 export BOULDER_COMMIT=${BOULDER_COMMIT:-unknown} BOULDER_TRAINER=$PWD/.gpu/bin/boulder-trainer
 n=0
 # workload, BOULDER_FP8_GEMM_GELU, BOULDER_FP8_ATTENTION_CAST

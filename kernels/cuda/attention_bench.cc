@@ -7,6 +7,8 @@
 // score matrix is masked) = 2·B·NH·T²·HS; backward 5 products = 2.5 × forward (the
 // recomputation of P and, in deterministic mode, of S and dP is not counted), as
 // FlashAttention's benchmarks count them.
+// On Hopper also the forward with FP8 training's projection-input cast: the forward then CastFp8,
+// against the forward casting its own output (AttentionFp8Cast), with the codes compared.
 //
 //   attention_bench [--shape all|seed|gpt2|h2048] [--iters 30] [--warmup 5]
 #include <cuda_runtime.h>
@@ -22,6 +24,7 @@
 
 #include "CLI/CLI.hpp"
 #include "kernels/cuda/bench_check.h"
+#include "kernels/cuda/fp8_ops.h"
 #include "kernels/cuda/ops.h"
 
 namespace boulder::kernels::cuda {
@@ -115,6 +118,46 @@ void Run(const Shape& sh, int warmup, int iters) {
   const bool wgmma = AttentionWgmmaAvailable();
   const double fwd_wgmma = wgmma ? forward(AttentionKernel::kWgmma) : NAN;
   const double fwd = wgmma ? fwd_wgmma : fwd_mma;  // what the backend runs
+  // FP8 training's projection input: the wgmma forward then CastFp8 (E4M3, statistics), against
+  // the forward casting its own output (AttentionFp8Cast); the codes compared once.
+  double fwd_cast = NAN, fwd_fused = NAN;
+  size_t codes_differ = 0;
+  if (wgmma) {
+    uint8_t* codes[2];
+    float* f8;  // scale at 0, amaxes at 64 and 65
+    unsigned long long* counts;
+    BENCH_CHECK(cudaMalloc(&codes[0], n_out));
+    BENCH_CHECK(cudaMalloc(&codes[1], n_out));
+    BENCH_CHECK(cudaMalloc(&f8, 512));
+    BENCH_CHECK(cudaMalloc(&counts, 6 * sizeof(unsigned long long)));
+    const float scale = 64.f;
+    BENCH_CHECK(cudaMemcpy(f8, &scale, 4, cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemset(f8 + 64, 0, 8));
+    auto apart = [&](int i) {
+      const Buffers& b = set[i % kSets];
+      BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0,
+                                   AttentionKernel::kWgmma));
+      BENCH_CHECK(CastFp8(codes[0], nullptr, b.out, sh.B * sh.T, C, true, f8, f8 + 64, counts, 0));
+    };
+    const AttentionFp8Cast cast{codes[1], f8, f8 + 65, counts + 3};
+    auto fused = [&](int i) {
+      const Buffers& b = set[i % kSets];
+      BENCH_CHECK(AttentionForwardSm90(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0, &cast));
+    };
+    apart(0);
+    fused(0);
+    BENCH_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> h0(n_out), h1(n_out);
+    BENCH_CHECK(cudaMemcpy(h0.data(), codes[0], n_out, cudaMemcpyDeviceToHost));
+    BENCH_CHECK(cudaMemcpy(h1.data(), codes[1], n_out, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n_out; ++i) codes_differ += h0[i] != h1[i];
+    fwd_cast = MedianMs(warmup, iters, apart);
+    fwd_fused = MedianMs(warmup, iters, fused);
+    for (void* p : {static_cast<void*>(codes[0]), static_cast<void*>(codes[1]),
+                    static_cast<void*>(f8), static_cast<void*>(counts)}) {
+      BENCH_CHECK(cudaFree(p));
+    }
+  }
   // Backward per kernel (mma.sync, then wgmma where available) and dQ mode (with wgmma both
   // modes run the same kernels).
   double bwd[2][2] = {{NAN, NAN}, {NAN, NAN}};
@@ -138,11 +181,16 @@ void Run(const Shape& sh, int warmup, int iters) {
               {"forward, wgmma", fwd_wgmma, fwd_flop},
               {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
               {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
-              {"bwd (both modes), wgmma", bwd[1][1], bwd_flop}};
+              {"bwd (both modes), wgmma", bwd[1][1], bwd_flop},
+              {"fwd + CastFp8, wgmma", fwd_cast, fwd_flop},
+              {"fwd casting FP8, wgmma", fwd_fused, fwd_flop}};
   for (const auto& r : rows) {
     if (std::isnan(r.ms)) continue;  // wgmma where the device has none
     std::printf("%-32s %-24s %9.3f %12.2f %9.1f\n", shape, r.pass, r.ms, r.ms * sh.layers,
                 r.flop / (r.ms * 1e-3) / 1e12);
+  }
+  if (wgmma) {
+    std::printf("%-32s %-24s %zu codes differ between the two FP8 rows\n", shape, "", codes_differ);
   }
   const double bwd_used = wgmma ? bwd[1][1] : bwd[0][0];  // what the backend runs
   std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (as trained)", fwd + bwd_used,
