@@ -719,8 +719,12 @@ TEST_F(CudaFp8Test, CastBatchMatchesOneCastPerJob) {
       SCOPED_TRACE(absl::StrCat("job ", i, ": ", cases[i].rows, "x", cases[i].cols));
       const Case& c = cases[i];
       const size_t n = size_t(c.rows) * c.cols;
-      if (c.out[0] != nullptr) EXPECT_EQ(Download(c.out[1], n), Download(c.out[0], n));
-      if (c.out_t[0] != nullptr) EXPECT_EQ(Download(c.out_t[1], n), Download(c.out_t[0], n));
+      if (c.out[0] != nullptr) {
+        EXPECT_EQ(Download(c.out[1], n), Download(c.out[0], n));
+      }
+      if (c.out_t[0] != nullptr) {
+        EXPECT_EQ(Download(c.out_t[1], n), Download(c.out_t[0], n));
+      }
       EXPECT_EQ(Download(reinterpret_cast<uint32_t*>(c.amax[1]), 1),
                 Download(reinterpret_cast<uint32_t*>(c.amax[0]), 1));
       EXPECT_EQ(Download(c.counts[1], 3), Download(c.counts[0], 3));
