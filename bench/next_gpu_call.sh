@@ -40,7 +40,7 @@ BOULDER_FP8_GEMM_GELU=on BOULDER_FP8_ATTENTION_CAST=on timeout 180 .gpu/bin/engi
 test_line "engine_fp8_gpu_test (both fused casts on)" "$W/fused-engine.log" $? \
   $(($(date +%s) - s))
 grep -h -E "Failure|Expected|Which is|differ" "$W"/*.log | head -12 | tee -a "$S"
-timeout 120 .gpu/bin/fp8_gemm_bench --workloads seed,gpt2 --reps 20 > "$OUT/fp8_gemm_bench.log" 2>&1
+timeout 150 .gpu/bin/fp8_gemm_bench --workloads seed,gpt2,h2048 --reps 20 > "$OUT/fp8_gemm_bench.log" 2>&1
 echo "fp8_gemm_bench rc=$?" | tee -a "$S"
 grep -E "fwd|per step|fc2 input cast" "$OUT/fp8_gemm_bench.log" | tee -a "$S"
 timeout 120 .gpu/bin/attention_bench --shape all --iters 20 > "$OUT/attention_bench.log" 2>&1
