@@ -39,8 +39,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The PTX primitives. attention_emulation_test.cc compiles these kernels as host C++ with
-// BOULDER_ATTENTION_EMULATION defined and its own versions of exactly these functions (warps
-// emulated lane by lane), so the fragment and tile index arithmetic is tested without a GPU.
+// BOULDER_ATTENTION_EMULATION defined and emulated_gpu.h's versions of exactly these functions
+// (warps emulated lane by lane), so the fragment and tile index arithmetic is tested without a
+// GPU.
 #ifndef BOULDER_ATTENTION_EMULATION
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -29,9 +29,9 @@ __device__ __forceinline__ uint8_t ToFp8(float y, bool e4m3) {
               : __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E5M2);
 }
 
-// x · scale rounded to nearest even, subnormals kept whatever -ftz says. (Host C++, as
-// attention_emulation_test compiles the FP8 GEMM's epilogue: a plain multiply, which flushes
-// nothing there.)
+// x · scale rounded to nearest even, subnormals kept whatever -ftz says. (In host C++, as the
+// emulation tests (emulated_gpu.h) compile the FP8 GEMM's and the attention's epilogues: a
+// plain multiply, which flushes nothing there.)
 __device__ __forceinline__ float MulRnNoFtz(float x, float scale) {
 #if defined(__CUDA_ARCH__)
   float y;

@@ -15,9 +15,10 @@
 // The producer warp's first lane issues every load as soon as its stage is free, so it runs up
 // to kStages k-blocks ahead of the consumers, across tile boundaries.
 //
-// The PTX primitives below exist on sm_90a only. attention_emulation_test.cc compiles this
-// kernel as host C++ with BOULDER_ATTENTION_EMULATION defined and its own versions of exactly
-// these functions and wgmma.cuh's (TMA, mbarriers and wgmma on its emulated GPU).
+// The PTX primitives below exist on sm_90a only. fp8_gemm_emulation_test.cc compiles this
+// kernel as host C++ with BOULDER_ATTENTION_EMULATION defined and emulated_gpu_tma.h's versions
+// of exactly these functions (and emulated_gpu.h's of wgmma.cuh's: TMA, mbarriers and wgmma on
+// an emulated GPU).
 #ifndef BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_CUH_
 #define BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_CUH_
 

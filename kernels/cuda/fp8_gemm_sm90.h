@@ -27,7 +27,7 @@
 // k and with split accumulation; CudaBackend routes calls by Fp8GemmSm90Preferred.
 //
 // The order of every sum is fixed by the shapes: results are bit-identical from run to run.
-// Tests: cuda_fp8_test (on the GPU, against the CPU emulation), attention_emulation_test (the
+// Tests: cuda_fp8_test (on the GPU, against the CPU emulation), fp8_gemm_emulation_test (the
 // kernels on an emulated GPU, in CI), fp8_gemm_sm90_test (the host-side choices).
 #ifndef BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_
 #define BOULDER_KERNELS_CUDA_FP8_GEMM_SM90_H_

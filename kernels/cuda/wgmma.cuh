@@ -99,9 +99,9 @@ __device__ __forceinline__ uint32_t SwizzledChunk(int rows, int r, int c) {
       "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]),         \
       "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// The instructions below exist on sm_90a only. attention_emulation_test.cc compiles the
-// attention kernels as host C++ with BOULDER_ATTENTION_EMULATION defined and its own versions of
-// exactly these functions (a warpgroup's products run at the wait that retires them).
+// The instructions below exist on sm_90a only. The emulation tests compile the kernels as host
+// C++ with BOULDER_ATTENTION_EMULATION defined and emulated_gpu.h's versions of exactly these
+// functions (a warpgroup's products run at the wait that retires them).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(BOULDER_ATTENTION_EMULATION)
 // Registers written by other instructions must be ordered before a wgmma that reads them.
 __device__ __forceinline__ void Fence() {
