@@ -23,12 +23,15 @@
 // retire is refilled under them, and its TMA stores read the staging only at the bulk wait, so
 // staging overwritten before that wait shows.
 //
+// Shared memory written through the generic proxy (st.shared) and read by a TMA store must be
+// fenced (fence.proxy.async) by its writer before the store is issued, or the test fails.
+//
 // What it cannot see: device-only numerics (exp2f is exact here, ex2.approx on the GPU), the
-// real timing of cp.async, the async proxy's ordering (fence.proxy.async is a no-op here), and
-// anything in the launchers (attention_fwd*.cu, attention_bwd*.cu, fp8_gemm_sm90.cu), whose
-// launch sequences the tests mirror. That the emulated descriptor and swizzle semantics match
-// the hardware's is checked by the same kernels passing cuda_ops_test and cuda_fp8_test on an
-// H200.
+// real timing of cp.async, the async proxy's other orderings (cp.async and plain stores before
+// wgmma reads are not tracked), and anything in the launchers (attention_fwd*.cu,
+// attention_bwd*.cu, fp8_gemm_sm90.cu), whose launch sequences the tests mirror. That the
+// emulated descriptor and swizzle semantics match the hardware's is checked by the same kernels
+// passing cuda_ops_test and cuda_fp8_test on an H200.
 #ifndef BOULDER_KERNELS_CUDA_EMULATED_GPU_H_
 #define BOULDER_KERNELS_CUDA_EMULATED_GPU_H_
 #undef _FORTIFY_SOURCE  // its longjmp check rejects jumps between fiber stacks
@@ -157,6 +160,16 @@ bool g_eager_copies = false;
 bool g_late_products = false;
 std::mt19937 g_rng(7);
 
+// The proxies of shared memory: a byte written through the generic proxy (st.shared, the FP8
+// GEMM's staging) is unfenced until its writer executes fence.proxy.async; an async-proxy read
+// (a TMA store's source) of an unfenced byte fails the test, since on the GPU it may not see
+// the write. By shared address: the writer's thread index + 1, or 0.
+std::vector<int> g_unfenced;
+std::vector<std::vector<uint32_t>> g_unfenced_by_thread;
+void NoteGenericWrite(uint32_t addr, int bytes);
+void FenceProxyAsync();
+void CheckAsyncProxyRead(uint32_t addr, const char* what);
+
 int Tid() { return g_block.current; }
 Fiber& Me() { return g_block.fibers[Tid()]; }
 
@@ -204,6 +217,8 @@ __attribute__((noinline)) void SwitchTo(Fiber& f) {
   }
 }
 
+void NoteGenericWrite(uint32_t addr, int bytes);
+
 void RunBlock(int threads, const std::function<void()>& body) {
   if (threads % 32 != 0) Die("block size is not a multiple of 32");
   Block& b = g_block;
@@ -215,6 +230,8 @@ void RunBlock(int threads, const std::function<void()>& body) {
   b.warpgroups.assign((threads + 127) / 128, Rendezvous{});
   for (Rendezvous& r : b.named) r = Rendezvous{};
   b.count = 0;
+  g_unfenced.assign(kMaxSmem, 0);
+  g_unfenced_by_thread.assign(threads, {});
   b.body = body;
   for (Fiber& f : b.fibers) {
     f.started = false;
@@ -265,6 +282,28 @@ void RunBlock(int threads, const std::function<void()>& body) {
       return;
     }
     if (!progressed) Die("deadlock: threads wait at barriers that never complete");
+  }
+}
+
+void NoteGenericWrite(uint32_t addr, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    if (g_unfenced[addr + i] == 0) g_unfenced_by_thread[Tid()].push_back(addr + i);
+    g_unfenced[addr + i] = Tid() + 1;
+  }
+}
+void FenceProxyAsync() {
+  for (uint32_t a : g_unfenced_by_thread[Tid()]) {
+    if (g_unfenced[a] == Tid() + 1) g_unfenced[a] = 0;
+  }
+  g_unfenced_by_thread[Tid()].clear();
+}
+void CheckAsyncProxyRead(uint32_t addr, const char* what) {
+  if (g_unfenced[addr] != 0) {
+    std::fprintf(stderr,
+                 "emulated GPU: %s reads shared byte %u, which thread %d wrote without a "
+                 "fence.proxy.async after it\n",
+                 what, addr, g_unfenced[addr] - 1);
+    Die("a generic-proxy write read by the async proxy without fence.proxy.async");
   }
 }
 
@@ -583,7 +622,7 @@ void Execute(const std::vector<const emu::WgOp*>& ops) {
 }
 
 void Fence() {}
-void FenceProxyAsync() {}
+void FenceProxyAsync() { emu::FenceProxyAsync(); }
 template <int N>
 void FenceOperand(float (&)[N]) {}
 void Commit() {

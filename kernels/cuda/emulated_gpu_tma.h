@@ -65,10 +65,12 @@ void PrefetchTensorMap(const CUtensorMap*) {}
 void StoreShared32(uint32_t addr, uint32_t v) {
   if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
   std::memcpy(attn::smem + addr, &v, 4);
+  emu::NoteGenericWrite(addr, 4);
 }
 void StoreShared16(uint32_t addr, uint16_t v) {
   if (addr % 2 != 0 || addr + 2 > emu::g_block.smem_bytes) Die("st.shared.b16 out of bounds");
   std::memcpy(attn::smem + addr, &v, 2);
+  emu::NoteGenericWrite(addr, 2);
 }
 uint32_t LoadShared32(uint32_t addr) {
   if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("ld.shared.b32 out of bounds");
@@ -113,8 +115,14 @@ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
   b.tx -= int64_t(m.box_rows * 128);
   MaybeComplete(b);
 }
+// The box's bytes must be fenced from the generic proxy when the store is issued (the kernels
+// write the staging, fence, then synchronise before the issuing thread starts the store).
 void TmaStore(const CUtensorMap* map, int x, int y, uint32_t src) {
   if (src % 1024 != 0) Die("TMA store: a 128-byte-swizzled box must start 1024-byte aligned");
+  const EmulatedMap m = MapOf(map);
+  for (uint64_t r = 0; r < m.box_rows; ++r) {
+    for (int c = 0; c < 128; ++c) emu::CheckAsyncProxyRead(BoxByte(src, int(r), c), "TMA store");
+  }
   emu::Me().bulk_open.push_back({map, x, y, src});
 }
 void BulkCommit() {
