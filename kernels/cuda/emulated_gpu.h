@@ -21,7 +21,8 @@
 // TMA stores, mbarriers and FP8 wgmma are emulated too (emulated_gpu_tma.h); its tests run the
 // wgmma products late (g_late_products), so a stage freed before the products reading it
 // retire is refilled under them, and its TMA stores read the staging only at the bulk wait, so
-// staging overwritten before that wait shows.
+// staging overwritten before that wait shows; with g_late_loads a TMA load lands only when a
+// thread waits on its barrier, so a stage read without that wait shows.
 //
 // Shared memory written through the generic proxy (st.shared) and read by a TMA store must be
 // fenced (fence.proxy.async) by its writer before the store is issued, or the test fails.

@@ -41,10 +41,22 @@ uint32_t BoxByte(uint32_t at, int r, int c) {
   return addr ^ (((addr >> 7) & 7u) << 4);
 }
 
+// With g_late_loads, a TMA load lands (its bytes copied, its transaction completed) only when a
+// thread waits on its barrier's phase, so a read of a stage without that wait sees the stage's
+// old contents; otherwise it lands when issued, so a refill of a stage freed too early lands
+// under the products still reading it.
+bool g_late_loads = false;
+struct Load {
+  uint32_t dst;
+  EmulatedMap map;  // a copy: the producer's kernel parameters may be gone when it lands
+  int x, y;
+};
 struct Mbar {
   int expected = 0, pending = 0;
   int64_t tx = 0;
-  uint64_t phase = 0;  // completed phases
+  uint64_t phase = 0;       // completed phases
+  std::vector<Load> loads;  // g_late_loads: issued, not landed
+  uint64_t events = 0;      // phases completed and loads issued: what waiters wait on
 };
 std::map<uint32_t, Mbar> g_mbars;  // by shared address; cleared per block
 Mbar& MbarAt(uint32_t bar) {
@@ -55,6 +67,7 @@ Mbar& MbarAt(uint32_t bar) {
 void MaybeComplete(Mbar& m) {
   if (m.pending == 0 && m.tx == 0) {
     ++m.phase;
+    ++m.events;
     m.pending = m.expected;
   }
 }
@@ -84,10 +97,19 @@ void MbarInit(uint32_t bar, int count) {
   m.expected = m.pending = count;
   g_mbars[bar] = m;
 }
+void Land(const Load& l, Mbar& b);
 // try_wait.parity succeeds once the phase of that parity has completed.
 void MbarWait(uint32_t bar, uint32_t parity) {
   Mbar& m = MbarAt(bar);
-  while ((m.phase & 1) == parity) emu::WaitWhile(&m.phase, m.phase);
+  while ((m.phase & 1) == parity) {
+    if (!m.loads.empty()) {
+      std::vector<Load> loads;
+      loads.swap(m.loads);
+      for (const Load& l : loads) Land(l, m);
+      continue;
+    }
+    emu::WaitWhile(&m.events, m.events);
+  }
 }
 void MbarArrive(uint32_t bar) {
   Mbar& m = MbarAt(bar);
@@ -106,12 +128,21 @@ void TmaLoad(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
     Die("TMA load: box outside the tensor (not emulated)");
   }
   if (dst + m.box_rows * 128 > emu::g_block.smem_bytes) Die("TMA load outside shared memory");
+  Mbar& b = MbarAt(bar);
+  if (g_late_loads) {
+    b.loads.push_back({dst, m, x, y});
+    ++b.events;  // a waiter lands it
+  } else {
+    Land({dst, m, x, y}, b);
+  }
+}
+void Land(const Load& l, Mbar& b) {
+  const EmulatedMap& m = l.map;
   for (uint64_t r = 0; r < m.box_rows; ++r) {
     for (int c = 0; c < 128; ++c) {
-      attn::smem[BoxByte(dst, int(r), c)] = m.ptr[(y + r) * m.stride + x * m.elem + c];
+      attn::smem[BoxByte(l.dst, int(r), c)] = m.ptr[(l.y + r) * m.stride + l.x * m.elem + c];
     }
   }
-  Mbar& b = MbarAt(bar);
   b.tx -= int64_t(m.box_rows * 128);
   MaybeComplete(b);
 }

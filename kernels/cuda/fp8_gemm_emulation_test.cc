@@ -13,6 +13,17 @@
 namespace boulder::kernels::cuda::fp8gemm {
 namespace {
 
+// The schedules every test runs: lockstep and greedy (emulated_gpu.h) with TMA loads landing at
+// issue, and greedy with loads landing only at the wait on their barrier (g_late_loads).
+struct Schedule {
+  bool greedy, late_loads;
+  void Apply() const {
+    emu::g_greedy = greedy;
+    g_late_loads = late_loads;
+  }
+};
+constexpr Schedule kSchedules[] = {{false, false}, {true, false}, {true, true}};
+
 // Mirrors Launch in fp8_gemm_sm90.cu: a persistent grid of min(tiles, sms) CTAs (sms small,
 // so every CTA walks several tiles), one CTA at a time.
 // kPingPong: Fp8GemmSm90PingPongKernel (BN 128, fast accumulation). kGelu: the fused cast of
@@ -113,8 +124,8 @@ void CheckGemm(const GemmCase& c, int sms, uint32_t seed) {
 // several tiles and the stage ring (3 stages at 256, 5 at 128) wraps inside and across tiles.
 TEST(Fp8GemmEmulationTest, WideTilesFastAccumulation) {
   emu::g_late_products = true;
-  for (bool greedy : {false, true}) {
-    emu::g_greedy = greedy;
+  for (const Schedule& sched : kSchedules) {
+    sched.Apply();
     CheckGemm<256, true, true, true>({256, 512, 384, true, true, true, false}, 3, 21);
     CheckGemm<256, true, true, true>({128, 256, 128, true, true, false, false}, 1, 22);
   }
@@ -122,8 +133,8 @@ TEST(Fp8GemmEmulationTest, WideTilesFastAccumulation) {
 
 TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
   emu::g_late_products = true;
-  for (bool greedy : {false, true}) {
-    emu::g_greedy = greedy;
+  for (const Schedule& sched : kSchedules) {
+    sched.Apply();
     CheckGemm<128, false, false, true>({128, 256, 768, false, true, false, false}, 1, 23);
     CheckGemm<128, false, true, false>({128, 256, 256, true, false, false, true}, 3, 24);
     CheckGemm<128, true, true, true>({256, 128, 640, true, true, true, false}, 1, 25);
@@ -134,8 +145,8 @@ TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
 // (6, 2, 2 and 1, 3 tiles), the stage ring (5 stages) wrapping inside and across tiles.
 TEST(Fp8GemmEmulationTest, PingPongTiles) {
   emu::g_late_products = true;
-  for (bool greedy : {false, true}) {
-    emu::g_greedy = greedy;
+  for (const Schedule& sched : kSchedules) {
+    sched.Apply();
     CheckGemm<128, true, true, true, true>({256, 384, 768, true, true, true, false}, 1, 26);
     CheckGemm<128, true, true, true, true>({128, 256, 384, true, true, false, false}, 1, 27);
     CheckGemm<128, true, true, false, true>({384, 128, 256, true, false, false, true}, 2, 28);
@@ -208,8 +219,8 @@ void CheckGeluGemm(int M, int N, int K, int sms, uint32_t seed) {
 // staging reused by the BF16 and the FP8 stores of each), and several CTAs.
 TEST(Fp8GemmEmulationTest, FusedGeluCast) {
   emu::g_late_products = true;
-  for (bool greedy : {false, true}) {
-    emu::g_greedy = greedy;
+  for (const Schedule& sched : kSchedules) {
+    sched.Apply();
     CheckGeluGemm<256, false>(256, 512, 256, 1, 30);
     CheckGeluGemm<128, false>(256, 256, 384, 3, 31);
     CheckGeluGemm<128, true>(384, 256, 256, 2, 32);
