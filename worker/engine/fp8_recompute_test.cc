@@ -75,6 +75,28 @@ TrainResult Train(kernels::Backend* be, const ModelOptions& o, int steps) {
   return r;
 }
 
+// got trains as want: the same losses, parameters and FP8 statistics, bit for bit.
+void ExpectSameTraining(const TrainResult& want, const TrainResult& got) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  EXPECT_EQ(got.losses, want.losses);
+  ASSERT_EQ(got.params.size(), want.params.size());
+  size_t differing = 0;
+  for (size_t i = 0; i < want.params.size(); ++i) differing += got.params[i] != want.params[i];
+  EXPECT_EQ(differing, 0u) << "parameters differ";
+  ASSERT_EQ(got.stats.size(), want.stats.size());
+  for (size_t i = 0; i < want.stats.size(); ++i) {
+    const Fp8TensorStat& a = want.stats[i];
+    const Fp8TensorStat& b = got.stats[i];
+    SCOPED_TRACE(absl::StrCat(a.layer, " ", Fp8LinearName(a.linear), " ", Fp8RoleName(a.role)));
+    EXPECT_EQ(b.scale, a.scale);
+    EXPECT_EQ(b.amax, a.amax);
+    EXPECT_EQ(b.amax_history_max, a.amax_history_max);
+    EXPECT_EQ(b.saturated_ratio, a.saturated_ratio);
+    EXPECT_EQ(b.underflow_ratio, a.underflow_ratio);
+    EXPECT_EQ(b.elements, a.elements);
+  }
+}
+
 TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) {
   std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
   for (Recompute mode : {Recompute::kNone, Recompute::kMlp, Recompute::kFull}) {
@@ -83,88 +105,38 @@ TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) 
       const TrainResult kept = Train(cpu.get(), Options(mode, /*keep=*/true, accum), 3);
       const TrainResult recomputed = Train(cpu.get(), Options(mode, /*keep=*/false, accum), 3);
       ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
-      ASSERT_EQ(recomputed.losses.size(), kept.losses.size());
       // The first step's loss runs before any gradient: equal in any case. The later ones
-      // follow the gradients, which see the same FP8 operands.
-      EXPECT_EQ(recomputed.losses, kept.losses);
-      ASSERT_EQ(recomputed.params.size(), kept.params.size());
-      size_t differing = 0;
-      for (size_t i = 0; i < kept.params.size(); ++i) {
-        differing += recomputed.params[i] != kept.params[i];
-      }
-      EXPECT_EQ(differing, 0u);
-      // The recomputing casts record nothing: the statistics are the forward's.
-      ASSERT_EQ(recomputed.stats.size(), kept.stats.size());
+      // follow the gradients, which see the same FP8 operands. The recomputing casts record
+      // nothing: the statistics are the forward's.
+      ExpectSameTraining(kept, recomputed);
       ASSERT_EQ(kept.stats.size(), 2u * 4 * 3);
-      for (size_t i = 0; i < kept.stats.size(); ++i) {
-        const Fp8TensorStat& a = kept.stats[i];
-        const Fp8TensorStat& b = recomputed.stats[i];
-        SCOPED_TRACE(absl::StrCat(a.layer, " ", Fp8LinearName(a.linear), " ", Fp8RoleName(a.role)));
-        EXPECT_EQ(b.scale, a.scale);
-        EXPECT_EQ(b.amax, a.amax);
-        EXPECT_EQ(b.amax_history_max, a.amax_history_max);
-        EXPECT_EQ(b.saturated_ratio, a.saturated_ratio);
-        EXPECT_EQ(b.underflow_ratio, a.underflow_ratio);
-        EXPECT_EQ(b.elements, a.elements);
-        EXPECT_GT(a.amax, 0.0f);
-      }
+      for (const Fp8TensorStat& a : kept.stats) EXPECT_GT(a.amax, 0.0f);
     }
   }
 }
 
-// ModelOptions::fp8_fuse_gelu_cast: fc2's input cast by fc1's GEMM (Backend::MatmulFp8GeluCast,
-// which the cpu backend takes: fc2 then reads the GELU output's buffer) trains exactly as the
-// GEMM followed by fc2's own cast, with the same statistics and element counts, with and
-// without activation checkpointing (whose recomputed fc1 runs unfused).
-TEST(Fp8RecomputeTest, CastingFc2sInputInFc1sGemmTrainsTheSame) {
+// ModelOptions::fp8_fuse_gelu_cast and fp8_fuse_attention_cast: fc2's input cast by fc1's GEMM
+// (Backend::MatmulFp8GeluCast: fc2 then reads the GELU output's buffer) and the projection's
+// input cast by the attention forward (Backend::AttentionForwardFp8Cast), both of which the
+// cpu backend takes, train exactly as the op followed by the Linear's own cast: each fused
+// alone, and both, against neither, in every checkpointing mode (whose recomputed fc1 and
+// attention run unfused) and with gradient accumulation.
+TEST(Fp8RecomputeTest, CastingAnInputInTheOpBeforeItTrainsTheSame) {
   std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
-  for (Recompute mode : {Recompute::kNone, Recompute::kMlp}) {
+  for (Recompute mode : {Recompute::kNone, Recompute::kMlp, Recompute::kFull}) {
     for (int accum : {1, 3}) {
-      SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
       ModelOptions apart = Options(mode, /*keep=*/false, accum);
       apart.fp8_fuse_gelu_cast = false;
       apart.fp8_fuse_attention_cast = false;
-      const TrainResult fused = Train(cpu.get(), Options(mode, false, accum), 3);
       const TrainResult split = Train(cpu.get(), apart, 3);
-      ASSERT_EQ(fused.losses.size(), static_cast<size_t>(3 * accum));
-      EXPECT_EQ(split.losses, fused.losses);
-      EXPECT_EQ(split.params, fused.params);
-      ASSERT_EQ(split.stats.size(), fused.stats.size());
-      for (size_t i = 0; i < fused.stats.size(); ++i) {
-        EXPECT_EQ(split.stats[i].amax, fused.stats[i].amax) << i;
-        EXPECT_EQ(split.stats[i].scale, fused.stats[i].scale) << i;
-        EXPECT_EQ(split.stats[i].saturated_ratio, fused.stats[i].saturated_ratio) << i;
-        EXPECT_EQ(split.stats[i].underflow_ratio, fused.stats[i].underflow_ratio) << i;
-        EXPECT_EQ(split.stats[i].elements, fused.stats[i].elements) << i;
-      }
-    }
-  }
-}
-
-// ModelOptions::fp8_fuse_attention_cast: the projection's input cast by the attention forward
-// (Backend::AttentionForwardFp8Cast, which the cpu backend takes) trains exactly as the forward
-// followed by the projection's own cast, with and without activation checkpointing (whose
-// recomputed attention runs unfused) and with fc2's input cast fused too.
-TEST(Fp8RecomputeTest, CastingTheProjectionsInputInTheAttentionForwardTrainsTheSame) {
-  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
-  for (Recompute mode : {Recompute::kNone, Recompute::kFull}) {
-    for (int accum : {1, 2}) {
-      SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum));
-      ModelOptions apart = Options(mode, /*keep=*/false, accum);
-      apart.fp8_fuse_attention_cast = false;
-      apart.fp8_fuse_gelu_cast = false;
-      const TrainResult fused = Train(cpu.get(), Options(mode, false, accum), 3);
-      const TrainResult split = Train(cpu.get(), apart, 3);
-      ASSERT_EQ(fused.losses.size(), static_cast<size_t>(3 * accum));
-      EXPECT_EQ(split.losses, fused.losses);
-      EXPECT_EQ(split.params, fused.params);
-      ASSERT_EQ(split.stats.size(), fused.stats.size());
-      for (size_t i = 0; i < fused.stats.size(); ++i) {
-        EXPECT_EQ(split.stats[i].amax, fused.stats[i].amax) << i;
-        EXPECT_EQ(split.stats[i].scale, fused.stats[i].scale) << i;
-        EXPECT_EQ(split.stats[i].saturated_ratio, fused.stats[i].saturated_ratio) << i;
-        EXPECT_EQ(split.stats[i].underflow_ratio, fused.stats[i].underflow_ratio) << i;
-        EXPECT_EQ(split.stats[i].elements, fused.stats[i].elements) << i;
+      ASSERT_EQ(split.losses.size(), static_cast<size_t>(3 * accum));
+      for (int fused : {1, 2, 3}) {  // bit 0: fc2's input, bit 1: the projection's
+        SCOPED_TRACE(absl::StrCat("recompute ", static_cast<int>(mode), ", grad_accum ", accum,
+                                  ", fused casts ", fused));
+        ModelOptions o = apart;
+        o.fp8_fuse_gelu_cast = (fused & 1) != 0;
+        o.fp8_fuse_attention_cast = (fused & 2) != 0;
+        ExpectSameTraining(split, Train(cpu.get(), o, 3));
       }
     }
   }
@@ -185,14 +157,7 @@ TEST(Fp8RecomputeTest, KeepingTheWeightTransposesTrainsTheSame) {
       const TrainResult kept = Train(cpu.get(), keep_w, 3);
       const TrainResult cast = Train(cpu.get(), Options(Recompute::kNone, false, accum), 3);
       ASSERT_EQ(kept.losses.size(), static_cast<size_t>(3 * accum));
-      EXPECT_EQ(cast.losses, kept.losses);
-      EXPECT_EQ(cast.params, kept.params);
-      ASSERT_EQ(cast.stats.size(), kept.stats.size());
-      for (size_t i = 0; i < kept.stats.size(); ++i) {
-        EXPECT_EQ(cast.stats[i].amax, kept.stats[i].amax) << i;
-        EXPECT_EQ(cast.stats[i].scale, kept.stats[i].scale) << i;
-        EXPECT_EQ(cast.stats[i].elements, kept.stats[i].elements) << i;
-      }
+      ExpectSameTraining(kept, cast);
     }
   }
   ModelOptions keep_w = Options(Recompute::kNone, false, 1);
