@@ -22,12 +22,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/fp8_gelu_ops.h"
 #include "kernels/cuda/fp8_ops.h"
@@ -114,18 +114,12 @@ double Row(const char* what, int rows, int cols, double ms, double bytes, int pe
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Times the FP8 casts of a training step"};
   std::string names = "seed,gpt2,h2048";
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
-      names = argv[++i];
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else {
-      Die(std::string("unknown argument ") + argv[i] +
-          " (usage: fp8_cast_bench [--workloads seed,gpt2,h2048] [--reps 20])");
-    }
-  }
+  app.add_option("--workloads", names, "comma-separated: seed, gpt2, h2048");
+  app.add_option("--reps", reps, "timed calls each (median reported)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4},
                           {"gpt2", 16 * 1024, 768, 3072, 12},
                           {"h2048", 8 * 1024, 2048, 8192, 8}};

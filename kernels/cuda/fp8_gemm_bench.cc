@@ -22,11 +22,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "kernels/cuda/bench_check.h"
 #include "kernels/cuda/fp8_gelu_ops.h"
 #include "kernels/cuda/fp8_gemm_sm90.h"
@@ -200,18 +200,13 @@ void FusedGelu(const Workload& w, LtMatmul& lt, cudaStream_t stream, int reps, s
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Times our Hopper FP8 GEMM against cuBLASLt's on every FP8 GEMM of a step"};
   std::string wanted = "seed,gpt2,h2048";
   int reps = 30;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
-      wanted = argv[++i];
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: fp8_gemm_bench [--workloads seed,gpt2,h2048] [--reps N]\n");
-      return 2;
-    }
-  }
+  app.add_option("--workloads", wanted, "comma-separated: seed, gpt2, h2048");
+  app.add_option("--reps", reps, "timed calls per shape (median reported)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   if (!Fp8GemmSm90Available()) {
     std::fprintf(stderr, "fp8_gemm_bench: our FP8 GEMM needs compute capability 9.0 (sm_90a)\n");
     return 1;

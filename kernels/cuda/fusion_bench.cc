@@ -33,13 +33,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/ops.h"
 
@@ -123,21 +123,15 @@ void Row(const char* what, double fused, double unfused, int count, double* save
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Times each fused op against its unfused form"};
   std::string names = "seed,gpt2,h2048";
   int reps = 20;
   bool deterministic = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
-      names = argv[++i];
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--deterministic")) {
-      deterministic = true;
-    } else {
-      Die(std::string("unknown argument ") + argv[i] +
-          " (usage: fusion_bench [--workloads seed,gpt2,h2048] [--reps 20] [--deterministic])");
-    }
-  }
+  app.add_option("--workloads", names, "comma-separated: seed, gpt2, h2048");
+  app.add_option("--reps", reps, "timed calls each (median reported)")->check(CLI::PositiveNumber);
+  app.add_flag("--deterministic", deterministic,
+               "training.deterministic's kernels (the heuristic's first GEMM algorithm)");
+  CLI11_PARSE(app, argc, argv);
   const Workload all[] = {{"seed", 32 * 256, 768, 3072, 4, 96, 128},
                           {"gpt2", 16 * 1024, 768, 3072, 12, 50257, 50304},
                           {"h2048", 8 * 1024, 2048, 8192, 8, 96, 128}};

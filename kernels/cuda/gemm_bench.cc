@@ -15,10 +15,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "kernels/cuda/bench_check.h"
 
 namespace {
@@ -64,18 +64,12 @@ constexpr size_t kWorkspace = 32 << 20;
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Times cuBLASLt's candidate algorithms on every GEMM of a step"};
   std::string wanted = "seed,gpt2,h2048";
   int reps = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--workloads") && i + 1 < argc) {
-      wanted = argv[++i];
-    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: gemm_bench [--workloads seed,gpt2,h2048] [--reps N]\n");
-      return 2;
-    }
-  }
+  app.add_option("--workloads", wanted, "comma-separated: seed, gpt2, h2048");
+  app.add_option("--reps", reps, "timed calls each (median reported)")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   const std::vector<Workload> all = {{"seed", 32 * 256, 768, 3072, 128, 4},
                                      {"gpt2", 16 * 1024, 768, 3072, 50304, 12},
                                      {"h2048", 8 * 1024, 2048, 8192, 128, 8}};
