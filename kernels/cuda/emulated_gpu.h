@@ -308,6 +308,27 @@ void CheckAsyncProxyRead(uint32_t addr, const char* what) {
   }
 }
 
+// bar.sync id (threads arrive at it, then all continue) and bar.arrive id (arrive only).
+void NamedSync(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.sync operands");
+  Rendezvous& r = g_block.named[id];
+  const uint64_t gen = r.gen;
+  if (++r.count == threads) {
+    r.count = 0;
+    ++r.gen;
+    return;
+  }
+  WaitWhile(&r.gen, gen);
+}
+void NamedArrive(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.arrive operands");
+  Rendezvous& r = g_block.named[id];
+  if (++r.count == threads) {
+    r.count = 0;
+    ++r.gen;
+  }
+}
+
 }  // namespace emu
 
 void __syncthreads() { emu::BlockBarrier(); }
@@ -502,14 +523,7 @@ uint32_t SmemAddr(const void* p) {
 template <int kId, int kThreads>
 void NamedBarrier() {
   static_assert(kId > 0 && kId < 16 && kThreads % 32 == 0, "bar.sync operands");
-  emu::Rendezvous& r = emu::g_block.named[kId];
-  const uint64_t gen = r.gen;
-  if (++r.count == kThreads) {
-    r.count = 0;
-    ++r.gen;
-    return;
-  }
-  emu::WaitWhile(&r.gen, gen);
+  emu::NamedSync(kId, kThreads);
 }
 
 }  // namespace boulder::kernels::cuda::attn
@@ -547,6 +561,27 @@ uint8_t Fp8Operand(uint64_t desc, int r, int k) {
   return attn::smem[addr];
 }
 
+// d (+)= A·B for a product m64nNk{K} (N = ops[0]->n) into each of the warpgroup's 128 threads'
+// accumulators (ops[t]: thread t's record of it), in float64 from the decoded operands:
+// warp w's thread (g, q) holds rows 16w + g (+ 8) and, in 8-column block j, columns 8j + 2q
+// (+ 1), as wgmma.cuh describes.
+template <int K>
+void Accumulate(const std::vector<const emu::WgOp*>& ops, const double (&A)[64][K],
+                const double (&B)[K][256]) {
+  const emu::WgOp& o = *ops[0];
+  for (int t = 0; t < 128; ++t) {
+    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
+    for (int j = 0; j < o.n / 8; ++j) {
+      for (int e = 0; e < 4; ++e) {
+        const int m = 16 * w + g + (e >> 1) * 8, n = 8 * j + 2 * q + (e & 1);
+        double acc = o.scale_d ? double(ops[t]->d[4 * j + e]) : 0.0;
+        for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];
+        ops[t]->d[4 * j + e] = float(acc);
+      }
+    }
+  }
+}
+
 // One FP8 product m64nNk32 (both operands K-major from shared memory).
 void ExecuteFp8(const std::vector<const emu::WgOp*>& ops) {
   const emu::WgOp& o = *ops[0];
@@ -559,17 +594,7 @@ void ExecuteFp8(const std::vector<const emu::WgOp*>& ops) {
   for (int k = 0; k < 32; ++k) {
     for (int n = 0; n < o.n; ++n) B[k][n] = cpu::DecodeFp8(Fp8Operand(o.desc_b, n, k), fb);
   }
-  for (int t = 0; t < 128; ++t) {
-    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-    for (int j = 0; j < o.n / 8; ++j) {
-      for (int e = 0; e < 4; ++e) {
-        const int m = 16 * w + g + (e >> 1) * 8, n = 8 * j + 2 * q + (e & 1);
-        double acc = o.scale_d ? double(ops[t]->d[4 * j + e]) : 0.0;
-        for (int k = 0; k < 32; ++k) acc += A[m][k] * B[k][n];
-        ops[t]->d[4 * j + e] = float(acc);
-      }
-    }
-  }
+  Accumulate(ops, A, B);
 }
 
 // Runs one product for the warpgroup's 128 threads (ops[t]: thread t's record of it).
@@ -609,17 +634,7 @@ void Execute(const std::vector<const emu::WgOp*>& ops) {
   for (int k = 0; k < 16; ++k) {
     for (int n = 0; n < o.n; ++n) B[k][n] = Operand(o.desc_b, o.trans_b, n, k);
   }
-  for (int t = 0; t < 128; ++t) {
-    const int w = t / 32, g = (t % 32) / 4, q = t % 4;
-    for (int j = 0; j < o.n / 8; ++j) {
-      for (int e = 0; e < 4; ++e) {
-        const int m = 16 * w + g + (e >> 1) * 8, n = 8 * j + 2 * q + (e & 1);
-        double acc = o.scale_d ? double(ops[t]->d[4 * j + e]) : 0.0;
-        for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];
-        ops[t]->d[4 * j + e] = float(acc);
-      }
-    }
-  }
+  Accumulate(ops, A, B);
 }
 
 void Fence() {}

@@ -180,25 +180,8 @@ void BulkWaitAll() {
   f.bulk_groups.clear();
 }
 void BulkWaitRead() { BulkWaitAll(); }
-void NamedBarrier(int id, int threads) {
-  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.sync operands");
-  emu::Rendezvous& r = emu::g_block.named[id];
-  const uint64_t gen = r.gen;
-  if (++r.count == threads) {
-    r.count = 0;
-    ++r.gen;
-    return;
-  }
-  emu::WaitWhile(&r.gen, gen);
-}
-void NamedArrive(int id, int threads) {
-  if (id <= 0 || id >= 16 || threads % 32 != 0) Die("bar.arrive operands");
-  emu::Rendezvous& r = emu::g_block.named[id];
-  if (++r.count == threads) {
-    r.count = 0;
-    ++r.gen;
-  }
-}
+void NamedBarrier(int id, int threads) { emu::NamedSync(id, threads); }
+void NamedArrive(int id, int threads) { emu::NamedArrive(id, threads); }
 template <bool kAE4, bool kBE4, int R>
 void WgmmaFp8(float (&d)[R], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   emu::WgOp op{false, 2 * R, 0, 0, desc_a, desc_b, scale_d, {0, 0, 0, 0}, d};
