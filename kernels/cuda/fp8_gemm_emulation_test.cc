@@ -13,11 +13,13 @@
 namespace boulder::kernels::cuda::fp8gemm {
 namespace {
 
-// The schedules every test runs: lockstep and greedy (emulated_gpu.h) with TMA loads landing at
-// issue, and greedy with loads landing only at the wait on their barrier (g_late_loads).
+// The schedules every test runs, all with late products (emulated_gpu.h): lockstep and greedy
+// with TMA loads landing at issue, and greedy with loads landing only at the wait on their
+// barrier (g_late_loads).
 struct Schedule {
   bool greedy, late_loads;
   void Apply() const {
+    emu::g_late_products = true;
     emu::g_greedy = greedy;
     g_late_loads = late_loads;
   }
@@ -123,7 +125,6 @@ void CheckGemm(const GemmCase& c, int sms, uint32_t seed) {
 // Tiles of 128 × 256 (fast accumulation) and 128 × 128; 1 to 3 CTAs, so a CTA walks one or
 // several tiles and the stage ring (3 stages at 256, 5 at 128) wraps inside and across tiles.
 TEST(Fp8GemmEmulationTest, WideTilesFastAccumulation) {
-  emu::g_late_products = true;
   for (const Schedule& sched : kSchedules) {
     sched.Apply();
     CheckGemm<256, true, true, true>({256, 512, 384, true, true, true, false}, 3, 21);
@@ -132,7 +133,6 @@ TEST(Fp8GemmEmulationTest, WideTilesFastAccumulation) {
 }
 
 TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
-  emu::g_late_products = true;
   for (const Schedule& sched : kSchedules) {
     sched.Apply();
     CheckGemm<128, false, false, true>({128, 256, 768, false, true, false, false}, 1, 23);
@@ -144,7 +144,6 @@ TEST(Fp8GemmEmulationTest, NarrowTilesSplitAccumulationAndAccumulate) {
 // The ping-pong kernel: the warpgroups' turns with an odd and an even number of tiles per CTA
 // (6, 2, 2 and 1, 3 tiles), the stage ring (5 stages) wrapping inside and across tiles.
 TEST(Fp8GemmEmulationTest, PingPongTiles) {
-  emu::g_late_products = true;
   for (const Schedule& sched : kSchedules) {
     sched.Apply();
     CheckGemm<128, true, true, true, true>({256, 384, 768, true, true, true, false}, 1, 26);
@@ -218,7 +217,6 @@ void CheckGeluGemm(int M, int N, int K, int sms, uint32_t seed) {
 // Both tiles and the ping-pong kernel with the GELU cast: one CTA walking several tiles (the
 // staging reused by the BF16 and the FP8 stores of each), and several CTAs.
 TEST(Fp8GemmEmulationTest, FusedGeluCast) {
-  emu::g_late_products = true;
   for (const Schedule& sched : kSchedules) {
     sched.Apply();
     CheckGeluGemm<256, false>(256, 512, 256, 1, 30);
