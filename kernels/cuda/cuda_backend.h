@@ -207,6 +207,10 @@ class CudaBackend final : public Backend {
   CudaBackend() = default;
   // Records the first failure; true when the op may proceed.
   bool Ok() const { return sticky_.ok(); }
+  // Whether MatmulFp8 runs our Hopper kernel (fp8_gemm_sm90.h) on this call: set_fp8_gemm
+  // allows it, the device and shape take it, and (kAuto) it was measured faster there.
+  bool RoutesToOwnFp8Gemm(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
+                          const void* b, const void* out, const void* bias, bool fast_accum) const;
   void Check(cudaError_t err, const char* what);
   void Check(const absl::Status& s);
   void Fail(absl::Status s);

@@ -7,29 +7,6 @@
 #include "kernels/cuda/fp8_ops.h"
 
 namespace boulder::kernels::cuda {
-namespace {
-
-cudaDataType_t CudaType(Fp8Format f) {
-  return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
-}
-
-// Row-major out[M,N] = a[M,K]·b[N,K]ᵀ is column-major outᵀ[N,M] = bᵀ(T)·a(N): A = b, B = a.
-GemmShape Fp8Shape(int M, int N, int K, Fp8Format a_format, Fp8Format b_format) {
-  GemmShape s;
-  s.trans_a = true;
-  s.m = N;
-  s.n = M;
-  s.k = K;
-  s.lda = K;
-  s.ldb = K;
-  s.ldd = N;
-  s.a_type = CudaType(b_format);
-  s.b_type = CudaType(a_format);
-  return s;
-}
-
-}  // namespace
-
 #define BOULDER_REQUIRE_FP8(cond, msg)                                       \
   do {                                                                       \
     if (!(cond)) {                                                           \
@@ -158,15 +135,21 @@ void CudaBackend::LayerNormFp8FromStats(uint8_t* fp8_out, uint8_t* fp8_out_t, vo
   CastFp8(fp8_out, fp8_out_t, scratch, N, C, format, scale, amax, counts);
 }
 
+bool CudaBackend::RoutesToOwnFp8Gemm(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
+                                     const void* b, const void* out, const void* bias,
+                                     bool fast_accum) const {
+  return fp8_gemm_ != Fp8Gemm::kCublasLt && Fp8GemmSm90Available() &&
+         Fp8GemmSm90Supports(M, N, K, a_e4m3, b_e4m3, a, b, out, bias) &&
+         (fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, fast_accum));
+}
+
 void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
                             const float* a_scale_inv, const uint8_t* b, Fp8Format b_format,
                             const float* b_scale_inv, const void* bias, int M, int N, int K,
                             bool accumulate, bool fast_accum) {
   if (!Ok()) return;
   const bool a_e4m3 = a_format == Fp8Format::kE4M3, b_e4m3 = b_format == Fp8Format::kE4M3;
-  const bool own = fp8_gemm_ != Fp8Gemm::kCublasLt && Fp8GemmSm90Available() &&
-                   Fp8GemmSm90Supports(M, N, K, a_e4m3, b_e4m3, a, b, out, bias) &&
-                   (fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, fast_accum));
+  const bool own = RoutesToOwnFp8Gemm(M, N, K, a_e4m3, b_e4m3, a, b, out, bias, fast_accum);
   // The profile names which GEMM ran: " sm90" for ours (fp8_gemm_sm90.h).
   ProfileScope profile(this, profiling_ ? absl::StrCat("MatmulFp8 ", M, "x", N, " k=", K,
                                                       accumulate ? " +=" : "", own ? " sm90" : "")
@@ -184,7 +167,7 @@ void CudaBackend::MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format,
           "Fp8GemmSm90");
     return;
   }
-  GemmShape s = Fp8Shape(M, N, K, a_format, b_format);
+  GemmShape s = Fp8TnShape(M, N, K, a_e4m3, b_e4m3);
   s.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   s.accumulate = accumulate;
   s.fast_accum = fast_accum;
@@ -202,10 +185,9 @@ bool CudaBackend::MatmulFp8GeluCast(void* pre, uint8_t* gelu_out, const uint8_t*
                     gelu_format == Fp8Format::kE4M3;
   const Fp8GemmGeluCast gelu{gelu_out, gelu_scale, gelu_amax,
                              reinterpret_cast<unsigned long long*>(gelu_counts)};
-  if (!fp8_gemm_gelu_ || fp8_gemm_ == Fp8Gemm::kCublasLt || !e4m3 || !Fp8GemmSm90Available() ||
-      !Fp8GemmSm90Supports(M, N, K, true, true, a, b, pre, bias) ||
-      !Fp8GemmSm90SupportsGeluCast(true, true, /*accumulate=*/false, /*fast_accum=*/true, gelu) ||
-      !(fp8_gemm_ == Fp8Gemm::kSm90 || Fp8GemmSm90Preferred(M, N, K, /*fast_accum=*/true))) {
+  if (!fp8_gemm_gelu_ || !e4m3 ||
+      !RoutesToOwnFp8Gemm(M, N, K, true, true, a, b, pre, bias, /*fast_accum=*/true) ||
+      !Fp8GemmSm90SupportsGeluCast(true, true, /*accumulate=*/false, /*fast_accum=*/true, gelu)) {
     return false;
   }
   ProfileScope profile(this, profiling_

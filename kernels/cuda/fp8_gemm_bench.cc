@@ -39,6 +39,7 @@ using boulder::kernels::cuda::Fp8GemmSm90;
 using boulder::kernels::cuda::Fp8GemmSm90Available;
 using boulder::kernels::cuda::Fp8GemmSm90Preferred;
 using boulder::kernels::cuda::Fp8GemmTile;
+using boulder::kernels::cuda::Fp8TnShape;
 using boulder::kernels::cuda::GemmShape;
 using boulder::kernels::cuda::LtMatmul;
 
@@ -129,14 +130,7 @@ void FusedGelu(const Workload& w, LtMatmul& lt, cudaStream_t stream, int reps, s
   BENCH_CHECK(cudaMemcpy(scalars + 64, hs + 1, 4, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(scalars + 128, hs + 2, 4, cudaMemcpyHostToDevice));
   float* amax = scalars + 192;  // [0]: unfused, [1]: fused
-  GemmShape s;
-  s.trans_a = true;
-  s.m = N;
-  s.n = M;
-  s.k = K;
-  s.lda = s.ldb = K;
-  s.ldd = N;
-  s.a_type = s.b_type = CUDA_R_8F_E4M3;
+  GemmShape s = Fp8TnShape(M, N, K, true, true);
   s.epilogue = CUBLASLT_EPILOGUE_BIAS;
   s.fast_accum = true;
   auto cast = [&](int k) {
@@ -266,15 +260,7 @@ int main(int argc, char** argv) {
       BENCH_CHECK(cudaMemcpy(scales, hs, 4, cudaMemcpyHostToDevice));
       BENCH_CHECK(cudaMemcpy(scales + 64, hs + 1, 4, cudaMemcpyHostToDevice));
       // cuBLASLt as CudaBackend::MatmulFp8 calls it (column-major outᵀ = bᵀ(T) · a).
-      GemmShape s;
-      s.trans_a = true;
-      s.m = c.N;
-      s.n = c.M;
-      s.k = c.K;
-      s.lda = s.ldb = c.K;
-      s.ldd = c.N;
-      s.a_type = CUDA_R_8F_E4M3;
-      s.b_type = c.a_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+      GemmShape s = Fp8TnShape(c.M, c.N, c.K, c.a_e4m3, c.b_e4m3);
       s.epilogue = c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
       s.accumulate = c.accumulate;
       s.fast_accum = c.fast;

@@ -11,6 +11,21 @@
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
+
+GemmShape Fp8TnShape(int M, int N, int K, bool a_e4m3, bool b_e4m3) {
+  GemmShape s;
+  s.trans_a = true;
+  s.m = N;
+  s.n = M;
+  s.k = K;
+  s.lda = K;
+  s.ldb = K;
+  s.ldd = N;
+  s.a_type = b_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  s.b_type = a_e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  return s;
+}
+
 namespace {
 
 int PointerAlignment(const void* p) {

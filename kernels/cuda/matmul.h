@@ -54,6 +54,12 @@ struct GemmShape {
   }
 };
 
+// The FP8 GEMM CudaBackend::MatmulFp8 runs: row-major out[M,N] = a[M,K]·b[N,K]ᵀ (both
+// K-contiguous) is column-major outᵀ[N,M] = bᵀ(T)·a(N), so cuBLASLt's A is b and its B is a
+// (Run(shape, b, a, out, ...)). E4M3 where *_e4m3, else E5M2; no epilogue, beta 0, no fast
+// accumulation (the caller sets those).
+GemmShape Fp8TnShape(int M, int N, int K, bool a_e4m3, bool b_e4m3);
+
 class LtMatmul {
  public:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
