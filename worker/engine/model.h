@@ -398,12 +398,14 @@ class Model {
   size_t fp8_bytes_ = 0;
   bool fp8_training_forward_ = false;
   bool fp8_recompute_ = false;  // inside RecomputeLayer: FP8 casts record no statistics
-  // The Linear (layer * kLinears + t) whose FP8 input is in fp8_input_ already, cast and
-  // recorded by the op before it (its LayerNorm, or for the projection the attention forward);
-  // -1: none.
-  int fp8_input_precast_ = -1;
-  // Likewise for fc2's input cast by fc1's GEMM (MatmulFp8GeluCast), into fc2's `inp` buffer.
-  int fp8_input_cast_by_gemm_ = -1;
+  // The Linear (layer * kLinears + t; -1: none) whose FP8 input the op before it has cast and
+  // recorded already, and where: fp8_input_ (its LayerNorm, or for the projection the attention
+  // forward) or, for fc2, the GELU output's buffer (fc1's GEMM, MatmulFp8GeluCast).
+  struct Fp8Precast {
+    int linear = -1;
+    const uint8_t* data = nullptr;
+  };
+  Fp8Precast fp8_precast_;
   // Where a recomputed cast's amax and counters go (nobody reads them): float, then
   // kFp8CountersPerTensor uint64 at byte 8.
   uint8_t* fp8_discard_ = nullptr;

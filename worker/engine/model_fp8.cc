@@ -142,19 +142,16 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
     // is recorded or kept again.
     cast_input(nullptr, reinterpret_cast<float*>(fp8_discard_),
                reinterpret_cast<uint64_t*>(fp8_discard_ + 8));
-  } else if (fp8_input_precast_ == linear) {
-    // LayerNormBeforeLinear (and input_t where kept) or AttentionBeforeLinear wrote fp8_input_
-    // and recorded the cast.
-  } else if (fp8_input_cast_by_gemm_ == linear) {
-    // fc1's GEMM cast this (fc2's) input into inp's buffer and recorded the cast.
-    a = static_cast<const uint8_t*>(inp);
+  } else if (fp8_precast_.linear == linear) {
+    // LayerNormBeforeLinear (and input_t where kept), AttentionBeforeLinear or fc1's GEMM cast
+    // it and recorded the cast.
+    a = fp8_precast_.data;
   } else {
     // b.input_t is null where the backward recomputes the transpose.
     cast_input(b.input_t, s.amax(in), s.counts(in));
     s.AddElements(in, static_cast<int64_t>(N) * C);
   }
-  fp8_input_precast_ = -1;
-  fp8_input_cast_by_gemm_ = -1;
+  fp8_precast_ = Fp8Precast();
   // The weights do not change between a forward and its backward: a recompute finds them
   // cast already. The step's first FP8 Linear casts every layer's (one batch of small casts).
   // (b.weight_t, where kept, is written with b.weight; else the backward transposes b.weight.)
@@ -176,7 +173,8 @@ void Model::Linear(int layer, Fp8Linear t, void* out, void* pre_gelu, const void
                              b.weight, w_fmt, s.scale_inv(w), bias, N, OC, C, in_fmt, s.scale(in2),
                              s.amax(in2), s.counts(in2))) {
       s.AddElements(in2, static_cast<int64_t>(N) * OC);
-      fp8_input_cast_by_gemm_ = layer * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2);
+      fp8_precast_ = {layer * Fp8State::kLinears + static_cast<int>(Fp8Linear::kFc2),
+                      static_cast<const uint8_t*>(out)};
       return;
     }
   }
@@ -233,7 +231,7 @@ void Model::LayerNormBeforeLinear(int layer, Fp8Linear t, void* residual, void* 
                                  fp8_linears_[static_cast<size_t>(linear)].input_t,
                                  s.Format(Fp8Role::kInput), s.scale(in), s.amax(in), s.counts(in));
   s.AddElements(in, static_cast<int64_t>(N) * C);
-  fp8_input_precast_ = linear;
+  fp8_precast_ = {linear, fp8_input_};
 }
 
 void Model::AttentionBeforeLinear(int layer, int B, int T) {
@@ -250,7 +248,7 @@ void Model::AttentionBeforeLinear(int layer, int B, int T) {
                                    fp8_input_, s.Format(Fp8Role::kInput), s.scale(in), s.amax(in),
                                    s.counts(in))) {
       s.AddElements(in, static_cast<int64_t>(B) * T * c.hidden);
-      fp8_input_precast_ = linear;
+      fp8_precast_ = {linear, fp8_input_};
       return;
     }
   }
