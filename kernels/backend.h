@@ -100,6 +100,10 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;  // "cpu", "cuda"
+  // How this backend runs FP8 training where its environment chooses (which GEMM, which casts
+  // are fused into the op before them), one line for the job's log; "" where nothing is
+  // configurable (the default).
+  virtual std::string Fp8Settings() const { return ""; }
   virtual DType compute_dtype() const = 0;
   virtual DType state_dtype() const = 0;
 

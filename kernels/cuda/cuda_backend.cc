@@ -652,6 +652,17 @@ CudaBackend::ProfileScope::~ProfileScope() {
   b_->timed_.push_back({name_, start_, end});
 }
 
+std::string CudaBackend::Fp8Settings() const {
+  const char* gemm = fp8_gemm_ == Fp8Gemm::kCublasLt ? "cublaslt"
+                     : fp8_gemm_ == Fp8Gemm::kSm90   ? "own"
+                                                     : "auto";
+  return absl::StrCat("FP8 GEMMs ", gemm, " (", common::kEnvFp8Gemm,
+                      "), fc2's input cast in fc1's GEMM ", fp8_gemm_gelu_ ? "on" : "off", " (",
+                      common::kEnvFp8GemmGelu, "), the projection's in the attention forward ",
+                      fp8_attention_cast_ ? "on" : "off", " (", common::kEnvFp8AttentionCast,
+                      "); a fused cast runs where its kernel does (Hopper)");
+}
+
 std::string CudaBackend::ProfileReport() {
   if (timed_.empty() || !Synchronize().ok()) return "";
   std::vector<std::pair<std::string, std::pair<double, int>>> rows;

@@ -487,7 +487,7 @@ TEST_F(CudaFp8GemmTest, OwnSm90GeluCastMatchesGemmThenGeluCastFp8) {
 // the 128-query tile. The scale saturates the largest outputs.
 TEST_F(CudaFp8Test, AttentionForwardFp8CastMatchesForwardThenCastFp8) {
   if (!AttentionWgmmaAvailable()) GTEST_SKIP() << "the wgmma attention forward needs sm_90a";
-  gpu_->set_fp8_attention_cast(true);
+  gpu_->set_fp8_attention_cast(true);  // the default, unless the environment said off
   std::normal_distribution<float> d(0.f, 1.f);
   struct Shape {
     int B, T, NH, C;
@@ -521,8 +521,14 @@ TEST_F(CudaFp8Test, AttentionForwardFp8CastMatchesForwardThenCastFp8) {
     EXPECT_EQ(std::memcmp(l0.data(), l1.data(), nl * 4), 0) << "log-sum-exp";
     EXPECT_GT(ExpectSameCast(codes, amax, counts, rows, sh.C)[0], 0u) << "nothing saturated";
   }
-  // Off (the default), the caller runs the two ops.
+  EXPECT_NE(gpu_->Fp8Settings().find("the projection's in the attention forward on"),
+            std::string::npos)
+      << gpu_->Fp8Settings();
+  // Off, the caller runs the two ops.
   gpu_->set_fp8_attention_cast(false);
+  EXPECT_NE(gpu_->Fp8Settings().find("the projection's in the attention forward off"),
+            std::string::npos)
+      << gpu_->Fp8Settings();
   EXPECT_FALSE(gpu_->AttentionForwardFp8Cast(nullptr, nullptr, nullptr, 1, 1, 64, 1, nullptr,
                                              Fp8Format::kE4M3, nullptr, nullptr, nullptr));
 }

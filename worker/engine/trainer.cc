@@ -287,17 +287,9 @@ absl::Status RunTrainer(const TrainerOptions& o) {
                          mo.fp8_keep_ln_input_transposes ? "kept per layer"
                                                          : "recomputed in the backward",
                          " (kept where FP8 stays within BF16's memory)"));
-    // The casts fused into the op before them where the backend takes them (off by default on
-    // the GPU until measured; the CUDA backend has checked the values).
-    auto on = [](const char* name) {
-      const char* v = std::getenv(name);
-      return v != nullptr && std::string(v) == "on";
-    };
-    Info(o, absl::StrCat("fp8: fc2's input cast in fc1's GEMM ",
-                         on(common::kEnvFp8GemmGelu) ? "on" : "off", " (", common::kEnvFp8GemmGelu,
-                         "), the projection's in the attention forward ",
-                         on(common::kEnvFp8AttentionCast) ? "on" : "off", " (",
-                         common::kEnvFp8AttentionCast, ")"));
+    if (const std::string settings = (*backend)->Fp8Settings(); !settings.empty()) {
+      Info(o, absl::StrCat("fp8: ", settings));
+    }
   }
   absl::StatusOr<std::unique_ptr<Model>> model_or = Model::Create(backend->get(), mo);
   if (!model_or.ok()) return model_or.status();
