@@ -33,10 +33,24 @@ __device__ __forceinline__ float WarpMax(float x) {
 }
 
 // GPT-2's tanh approximation of GELU and its derivative.
+// GeluTanh: 0.5·x·(1 + tanh(u)), u = sqrt(2/pi)·(x + 0.044715·x³), computed as the equal
+// x / (1 + e^(−2u)) with the hardware exp2 and reciprocal (ex2.approx, rcp.approx: a few FP32
+// ulps over the whole range, no cancellation where tanh(u) nears −1, which tanhf's form has),
+// seven instructions where tanhf takes about twenty: GELU runs inside GEMM epilogues, where
+// its instructions are the cost (bench/fp8-gemm-2026-12-04.md, run 17). Large negative x give
+// ±0 (e^(−2u) past 2^126), +inf gives +inf, NaN stays NaN. (Host C++, as the emulation tests
+// compile the epilogues: the same formula with exp2f and a division.)
 __device__ __forceinline__ float GeluTanh(float x) {
-  constexpr float kS = 0.7978845608028654f;  // sqrt(2/pi)
-  float u = kS * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.f + tanhf(u));
+  constexpr float kA = -2.f * 0.7978845608028654f * 1.4426950408889634f;  // −2·sqrt(2/pi)·log2(e)
+  constexpr float kB = kA * 0.044715f;
+  const float t = x * fmaf(kB, x * x, kA);  // −2u·log2(e)
+#if defined(__CUDA_ARCH__)
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
+  return __fdividef(x, 1.f + e);
+#else
+  return x / (1.f + exp2f(t));
+#endif
 }
 __device__ __forceinline__ float GeluTanhGrad(float x) {
   constexpr float kS = 0.7978845608028654f;
