@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A profiling call (Nsight Compute, hardware counters; the device tool's Firecracker machines):
 # where the fused GELU-cast GEMM epilogue and the attention backward spend their time. For each
-# kernel: speed of light, occupancy, warp states, and the 25 SASS lines with the most stall
-# samples. Bundle fp8_gemm_bench and attention_bench as next_gpu_call.sh's header says.
+# kernel: speed of light, occupancy, warp states (with the stall reasons), and the 25 SASS lines
+# with the most stall samples. Bundle fp8_gemm_bench and attention_bench as next_gpu_call.sh's
+# header says. Run once at 3628ed5 (bench/attention-notes.md, 2026-12-05): that run's source
+# page parse failed (fixed since, not rerun) and its details lacked the stall breakdown
+# (--print-details all since, not rerun).
 #   bash bench/ncu_call.sh   (on the device machine; OUT is set)
 set -u
 cd "$(dirname "$0")/.."
@@ -18,13 +21,14 @@ top_stalls() {  # REPORT: the SASS lines with the most warp stall samples
   python3 - "$1.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
-if not rows:
-    print("no source page"); sys.exit()
-head = rows[0]
-col = next((i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All")), None)
+# The page starts with the kernel's name; the column header is the row that names the samples.
+at = next((k for k, r in enumerate(rows)
+           if any(h.startswith("Warp Stall Sampling (All") for h in r)), None)
+if at is None:
+    print("no stall samples on the source page; its first rows:", rows[:3]); sys.exit()
+head, rows = rows[at], rows[at:]
+col = next(i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All"))
 src = next((i for i, h in enumerate(head) if h == "Source"), 1)
-if col is None:
-    print("columns:", head[:12]); sys.exit()
 def num(x):
     try: return float(x.replace(",", ""))
     except ValueError: return 0.0
@@ -43,7 +47,7 @@ profile() {  # NAME REGEX COMMAND...
     --import-source no -f -o "$W/$name" "$@" > "$W/$name.log" 2>&1
   echo "$name rc=$?"
   {
-    "$NCU" --import "$W/$name.ncu-rep" --page details 2>&1
+    "$NCU" --import "$W/$name.ncu-rep" --page details --print-details all 2>&1
     top_stalls "$W/$name.ncu-rep"
   } > "$OUT/$name.txt" 2>&1
   grep -E "Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issued Ipc|No Eligible" "$OUT/$name.txt" | head -8
