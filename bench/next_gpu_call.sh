@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next one-GPU call (bench/fp8-gemm-2026-12-04.md, "Run 18"): GeluTanh in the exp2 + rcp
+# The last one-GPU call (run 18 in bench/fp8-gemm-2026-12-04.md, run at c80a2da): GeluTanh in the exp2 + rcp
 # form (common.cuh) on the GPU. The GPU tests of every op that computes GELU (the BF16 ops
 # against the CPU backend, the fused GELU casts bit for bit against their two-op forms, the
 # 200-step seed job), fp8_gemm_bench's fused line (fc1's GEMM casting fc2's input), then FP8
