@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,7 +12,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/env.h"
 #include "common/memory_estimate.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
