@@ -172,17 +172,6 @@ void Run(const Shape& sh, int warmup, int iters) {
       });
     }
   }
-  // The one-pass kernel's variant with dK's product from registers.
-  double bwd_regs = NAN;
-  if (wgmma) {
-    SetAttentionOnePassDkFromRegisters(true);
-    bwd_regs = MedianMs(warmup, iters, [&](int i) {
-      const Buffers& b = set[i % kSets];
-      BENCH_CHECK(AttentionBackward(b.dqkv, b.dout, b.qkv, b.out, b.stats, sh.B, sh.T, C, sh.NH,
-                                    false, scratch, 0, AttentionKernel::kWgmma));
-    });
-    SetAttentionOnePassDkFromRegisters(false);
-  }
   char shape[96];
   std::snprintf(shape, sizeof shape, "%s B=%d T=%d NH=%d HS=%d", sh.name, sh.B, sh.T, sh.NH, sh.HS);
   const struct {
@@ -193,7 +182,6 @@ void Run(const Shape& sh, int warmup, int iters) {
               {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
               {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
               {"bwd one pass, wgmma", bwd[1][0], bwd_flop},
-              {"bwd one pass dK regs", bwd_regs, bwd_flop},
               {"bwd determ., wgmma", bwd[1][1], bwd_flop},
               {"fwd + CastFp8, wgmma", fwd_cast, fwd_flop},
               {"fwd casting FP8, wgmma", fwd_fused, fwd_flop}};

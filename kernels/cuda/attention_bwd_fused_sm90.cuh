@@ -49,10 +49,7 @@ __host__ __device__ __forceinline__ size_t DQUnit(size_t bh, int Tp, int r, int 
   return ((bh * (Tp / 64) + r) * (HS / 64) + c) * 4096;
 }
 
-// kDkFromRegisters: dK's product takes dSᵀ from registers, issued before the block barrier (as
-// the two-kernel path's dK/dV kernel does), rather than from the shared tile after it; a
-// variant for attention_bench (SetAttentionOnePassDkFromRegisters).
-template <int HS, bool kDkFromRegisters = false>
+template <int HS>
 __global__ void __launch_bounds__(Sm90FusedBwdCfg<HS>::kThreads, 1)
     FlashBackwardFusedSm90Kernel(bf16* __restrict__ dqkv, float* __restrict__ dq_acc,
                                  const bf16* __restrict__ dout, const bf16* __restrict__ qkv,
@@ -131,7 +128,6 @@ __global__ void __launch_bounds__(Sm90FusedBwdCfg<HS>::kThreads, 1)
     const uint32_t do_addr = attn::SmemAddr(sdO + stage * Cfg::kQBytes);
     const float* sLs = sL + stage * kBq;
     const float* sDs = sD + stage * kBq;
-    uint32_t da[kDkFromRegisters ? kBq / 16 : 1][4];  // kDkFromRegisters: dK's A operand
     const bool visible = kvw <= q0 + kBq - 1;  // some (query, key) pair of the warpgroup's shows
     if (visible) {
       // As FlashBackwardKVSm90Kernel: Sᵀ and dPᵀ issued together, Pᵀ, dV, dSᵀ, dK.
@@ -191,9 +187,7 @@ __global__ void __launch_bounds__(Sm90FusedBwdCfg<HS>::kThreads, 1)
       wgmma::FenceOperand(dpt);
 
       // dSᵀ (BF16) rows kr, kr + 8 into the shared tile, accumulators 4j, 4j + 1 and 4j + 2,
-      // 4j + 3 being queries 8j + 2·t4 and one more of each row. kDkFromRegisters: also kept
-      // as the A operand of dK += dSᵀ·Q, issued at once (its registers stay untouched until
-      // the wait after dQ's product retires it).
+      // 4j + 3 being queries 8j + 2·t4 and one more of each row.
       uint32_t row = attn::SmemAddr(sdS) + kr * 128 + 4 * t4, sw = g;
       asm volatile("" : "+r"(row), "+r"(sw));  // addresses made here, not kept live
 #pragma unroll
@@ -201,22 +195,11 @@ __global__ void __launch_bounds__(Sm90FusedBwdCfg<HS>::kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {
           const int ql = 8 * j + 2 * t4;
-          const uint32_t v =
-              attn::PackBf16(st[4 * j + e] * (dpt[4 * j + e] - sDs[ql]),
-                             st[4 * j + e + 1] * (dpt[4 * j + e + 1] - sDs[ql + 1]));
-          if constexpr (kDkFromRegisters) da[j / 2][(j % 2) * 2 + e / 2] = v;
           // SwizzledChunk(kBkv, kr + 4e, j): rows kr and kr + 8 share the swizzle kr % 8 = g.
-          attn::StoreShared32(row + (j / 8) * kBkv * 128 + 4 * e * 128 + (((j % 8) ^ sw) << 4), v);
+          attn::StoreShared32(row + (j / 8) * kBkv * 128 + 4 * e * 128 + (((j % 8) ^ sw) << 4),
+                              attn::PackBf16(st[4 * j + e] * (dpt[4 * j + e] - sDs[ql]),
+                                             st[4 * j + e + 1] * (dpt[4 * j + e + 1] - sDs[ql + 1])));
         }
-      }
-      if constexpr (kDkFromRegisters) {
-        wgmma::FenceOperand(dk);
-        wgmma::Fence();
-#pragma unroll
-        for (int kk = 0; kk < kBq / 16; ++kk) {
-          WgmmaRSMN<HS>(dk, da[kk], wgmma::Desc(q_addr + kk * 16 * 128, kBq * 128, 1024));
-        }
-        wgmma::Commit();
       }
     } else {  // no visible pair: dS is 0 (stored so that the dQ product needs no branch)
 #pragma unroll
@@ -231,7 +214,7 @@ __global__ void __launch_bounds__(Sm90FusedBwdCfg<HS>::kThreads, 1)
     wgmma::FenceProxyAsync();  // the dSᵀ stores, for the products reading them
     __syncthreads();
 
-    if (visible && !kDkFromRegisters) {  // dK += dSᵀ·Q, dSᵀ (K-major) from the shared tile
+    if (visible) {  // dK += dSᵀ·Q, dSᵀ (K-major) from the warpgroup's rows of the shared tile
       const uint32_t ds_rows = attn::SmemAddr(sdS) + wg * 64 * 128;
       wgmma::FenceOperand(dk);
       wgmma::Fence();

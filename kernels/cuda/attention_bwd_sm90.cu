@@ -18,19 +18,17 @@ using attn::Sm90BwdCfg;
 using attn::Sm90FusedBwdCfg;
 using attn::Sm90QCfg;
 
-bool g_dk_from_registers = false;  // SetAttentionOnePassDkFromRegisters
-
-template <int HS, bool kDkFromRegisters>
+template <int HS>
 cudaError_t LaunchOnePass(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
                           const float* Dp, float* dq_acc, int B, int T, int Tp, int C, int NH,
                           cudaStream_t s) {
   const float scale = 1.f / sqrtf(float(HS)), scale_log2 = scale * attn::kLog2e;
   using Cfg = Sm90FusedBwdCfg<HS>;
-  cudaError_t err = cudaFuncSetAttribute(FlashBackwardFusedSm90Kernel<HS, kDkFromRegisters>,
+  cudaError_t err = cudaFuncSetAttribute(FlashBackwardFusedSm90Kernel<HS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          Cfg::kSmemBytes);
   if (err != cudaSuccess) return err;
-  FlashBackwardFusedSm90Kernel<HS, kDkFromRegisters>
+  FlashBackwardFusedSm90Kernel<HS>
       <<<dim3(B * NH, CeilDiv(T, Cfg::kBkv)), Cfg::kThreads, Cfg::kSmemBytes, s>>>(
           dqkv, dq_acc, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -44,10 +42,7 @@ template <int HS>
 cudaError_t Launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
                    const float* Dp, float* dq_acc, int B, int T, int Tp, int C, int NH,
                    cudaStream_t s) {
-  if (dq_acc && g_dk_from_registers) {
-    return LaunchOnePass<HS, true>(dqkv, dout, qkv, lse2, Dp, dq_acc, B, T, Tp, C, NH, s);
-  }
-  if (dq_acc) return LaunchOnePass<HS, false>(dqkv, dout, qkv, lse2, Dp, dq_acc, B, T, Tp, C, NH, s);
+  if (dq_acc) return LaunchOnePass<HS>(dqkv, dout, qkv, lse2, Dp, dq_acc, B, T, Tp, C, NH, s);
   const float scale = 1.f / sqrtf(float(HS)), scale_log2 = scale * attn::kLog2e;
   using KV = Sm90BwdCfg<HS>;
   cudaError_t err = cudaFuncSetAttribute(
@@ -67,8 +62,6 @@ cudaError_t Launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
 }
 
 }  // namespace
-
-void SetAttentionOnePassDkFromRegisters(bool on) { g_dk_from_registers = on; }
 
 cudaError_t AttentionBackwardSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
                                   const float* Dp, float* dq_acc, int B, int T, int Tp, int C,

@@ -223,7 +223,7 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
 
 // The one-pass wgmma backward (non-deterministic mode): the preprocess zeroing the FP32 dQ
 // (NaN before, so a unit it misses shows), the one-pass kernel, the conversion.
-template <int HS, bool kDkFromRegisters>
+template <int HS>
 void RunBackwardSm90OnePass(const Problem& pr, const std::vector<bf16>& qkv,
                             const std::vector<bf16>& out, const std::vector<float>& stats,
                             const std::vector<bf16>& dout, std::vector<bf16>* dqkv) {
@@ -239,8 +239,7 @@ void RunBackwardSm90OnePass(const Problem& pr, const std::vector<bf16>& qkv,
          [=] { PreprocessKernel<HS>(pD, pL, pdo, po, ps, B, T, Tp, C, NH, pA); });
   using Cfg = Sm90FusedBwdCfg<HS>;
   Launch(dim3(B * NH, (T + Cfg::kBkv - 1) / Cfg::kBkv), Cfg::kThreads, Cfg::kSmemBytes, [=] {
-    FlashBackwardFusedSm90Kernel<HS, kDkFromRegisters>(pdq, pA, pdo, pq, pL, pD, T, Tp, C, NH,
-                                                       scale, scale_log2);
+    FlashBackwardFusedSm90Kernel<HS>(pdq, pA, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2);
   });
   const size_t n_groups = n_rows * HS / 16;
   Launch(dim3(unsigned((n_groups + 255) / 256)), 256, 0,
@@ -283,22 +282,13 @@ void Check(const Problem& pr, Schedule schedule, uint32_t seed,
   EXPECT_LT(RelErr(out, ref_out, f16), 1e-2) << "out";
   EXPECT_LT(RelErr(stats, ref_lse, f32), 1e-4) << "stats";
 
-  // Modes: 1 deterministic, 0 atomic dQ (mma.sync) or the one pass (wgmma), 2 (wgmma) the one
-  // pass with dK's product from registers.
-  for (int mode : {1, 0, 2}) {
-    const bool deterministic = mode == 1;
-    if (mode == 2 && !sm90) continue;
-    SCOPED_TRACE(deterministic ? "deterministic"
-                 : !sm90       ? "atomic dQ"
-                 : mode == 0   ? "one pass"
-                               : "one pass, dK from registers");
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : sm90 ? "one pass" : "atomic dQ");
     std::vector<bf16> dqkv(qkv.size(), nan);
     if (sm90 && deterministic) {
       RunBackwardSm90<HS>(pr, qkv_b, out, stats, dout_b, &dqkv);
-    } else if (sm90 && mode == 0) {
-      RunBackwardSm90OnePass<HS, false>(pr, qkv_b, out, stats, dout_b, &dqkv);
     } else if (sm90) {
-      RunBackwardSm90OnePass<HS, true>(pr, qkv_b, out, stats, dout_b, &dqkv);
+      RunBackwardSm90OnePass<HS>(pr, qkv_b, out, stats, dout_b, &dqkv);
     } else {
       RunBackward<HS>(pr, qkv_b, out, stats, dout_b, deterministic, &dqkv);
     }

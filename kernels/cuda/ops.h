@@ -196,10 +196,6 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
 cudaError_t AttentionBackwardSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
                                   const float* Dp, float* dq_acc, int B, int T, int Tp, int C,
                                   int NH, cudaStream_t s);
-// attention_bench's variant of the one-pass kernel: on, dK's product takes dSᵀ from registers
-// before the block barrier instead of from shared memory after it (FlashBackwardFusedSm90Kernel's
-// kDkFromRegisters). Applies to later calls; not thread-safe.
-void SetAttentionOnePassDkFromRegisters(bool on);
 
 }  // namespace boulder::kernels::cuda
 
