@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The next one-GPU call (session 16): the one-pass attention backward (attention_bwd_fused_sm90.cuh)
-# on the GPU. Its GPU tests (the attention ops against the CPU backend in both modes, the
-# 200-step seed job, the graphed steps, the recompute modes), attention_bench (one pass against
-# the deterministic two kernels), then BF16 steps with BOULDER_ATTENTION_BACKWARD two-kernel /
-# one-pass alternating, and a per-op profile of BF16 GPT-2 and hidden-2048 (where the time goes
-# now). About 6-7 minutes.
+# The last one-GPU call (run 18 in bench/fp8-gemm-2026-12-04.md, run at c80a2da): GeluTanh in the exp2 + rcp
+# form (common.cuh) on the GPU. The GPU tests of every op that computes GELU (the BF16 ops
+# against the CPU backend, the fused GELU casts bit for bit against their two-op forms, the
+# 200-step seed job), fp8_gemm_bench's fused line (fc1's GEMM casting fc2's input), then FP8
+# GPT-2 steps with that fusion off and on, alternating. About 4-5 minutes. (Run 17, this
+# script's previous contents, measured session 14's fused casts at 9a32da9.)
 #
 # Here (build, then bundle; the bundle must come from the commit being measured):
-#   cmake --build build --target boulder-trainer attention_bench cuda_ops_test \
-#     engine_step_graph_gpu_test engine_model_gpu_test engine_model_features_gpu_test
+#   cmake --build build --target boulder-trainer fp8_gemm_bench cuda_ops_test cuda_fp8_test \
+#     cuda_fp8_gelu_test engine_fp8_gpu_test engine_step_graph_gpu_test engine_model_gpu_test
 #   rm -rf .gpu .gpuz/gpu.tar.xz && mkdir -p .gpuz
-#   ../shared/tools/gpu-bundle .gpu build/bin/boulder-trainer build/bin/attention_bench \
-#     build/tests/cuda_ops_test build/tests/engine_step_graph_gpu_test \
-#     build/tests/engine_model_gpu_test build/tests/engine_model_features_gpu_test
+#   ../shared/tools/gpu-bundle .gpu build/bin/boulder-trainer build/bin/fp8_gemm_bench \
+#     build/tests/cuda_ops_test build/tests/cuda_fp8_test build/tests/cuda_fp8_gelu_test \
+#     build/tests/engine_fp8_gpu_test build/tests/engine_step_graph_gpu_test \
+#     build/tests/engine_model_gpu_test
 #   strip .gpu/bin/*; tar -cf - .gpu | xz -T2 -3 > .gpuz/gpu.tar.xz
 # There (the device tool, carry [".gpuz"]):
 #   BOULDER_COMMIT=<commit> bash bench/next_gpu_call.sh
@@ -27,62 +28,40 @@ export NCCL_NVLS_ENABLE=0
 W=/tmp/next-gpu-call
 mkdir -p "$W"
 S=$OUT/summary.txt
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader \
-  | tee -a "$S"
 test_line() {  # NAME LOG RC SECONDS
   echo "$1 rc=$3 $(grep -E '^\[  (PASSED|FAILED) ' "$2" | tr '\n' ' ')$4s" | tee -a "$S"
 }
-run_test() {  # NAME [ARGS...]
-  local t=$1 s
-  shift
+for t in cuda_ops_test cuda_fp8_test cuda_fp8_gelu_test engine_fp8_gpu_test \
+  engine_step_graph_gpu_test engine_model_gpu_test; do
   s=$(date +%s)
-  timeout 240 ".gpu/bin/$t" "$@" > "$W/$t.log" 2>&1
-  test_line "$t $*" "$W/$t.log" $? $(($(date +%s) - s))
-}
-run_test cuda_ops_test --gtest_filter='*Attention*'
-run_test engine_step_graph_gpu_test
-run_test engine_model_features_gpu_test
-run_test engine_model_gpu_test
+  timeout 240 ".gpu/bin/$t" > "$W/$t.log" 2>&1
+  test_line "$t" "$W/$t.log" $? $(($(date +%s) - s))
+done
+s=$(date +%s)
+BOULDER_FP8_GEMM_GELU=on timeout 180 .gpu/bin/engine_fp8_gpu_test > "$W/fused-engine.log" 2>&1
+test_line "engine_fp8_gpu_test (BOULDER_FP8_GEMM_GELU=on)" "$W/fused-engine.log" $? \
+  $(($(date +%s) - s))
 grep -h -E "Failure|Expected|Which is|differ|tolerance" "$W"/*.log | head -16 | tee -a "$S"
 grep -h -E "loss|stride" "$W/engine_model_gpu_test.log" | tail -4 | tee -a "$S"
-timeout 120 .gpu/bin/attention_bench --iters 30 > "$OUT/attention_bench.log" 2>&1
-echo "attention_bench rc=$?" | tee -a "$S"
-grep -E "bwd|as trained" "$OUT/attention_bench.log" | tee -a "$S"
-
+timeout 120 .gpu/bin/fp8_gemm_bench --workloads seed,gpt2 --reps 20 > "$OUT/fp8_gemm_bench.log" 2>&1
+echo "fp8_gemm_bench rc=$?" | tee -a "$S"
+grep -E "fc1 fwd|per step|fc2 input cast" "$OUT/fp8_gemm_bench.log" | tee -a "$S"
 export BOULDER_COMMIT=${BOULDER_COMMIT:-unknown} BOULDER_TRAINER=$PWD/.gpu/bin/boulder-trainer
 n=0
-# workload, BOULDER_ATTENTION_BACKWARD
-for spec in "gpt2 two-kernel" "gpt2 one-pass" "gpt2 two-kernel" "gpt2 one-pass" \
-  "h2048 two-kernel" "h2048 one-pass" "h2048 two-kernel" "h2048 one-pass" \
-  "seed two-kernel" "seed one-pass"; do
+# workload, BOULDER_FP8_GEMM_GELU
+for spec in "gpt2 off" "gpt2 on" "gpt2 off" "gpt2 on" "seed off" "seed on"; do
   set -- $spec
   n=$((n + 1))
-  BOULDER_ATTENTION_BACKWARD=$2 timeout 150 bench/gpu_bench.sh "$W/run$n" --workloads "$1" \
-    --precisions bf16 --modes "" > "$W/run$n.log" 2>&1
+  BOULDER_FP8_GEMM_GELU=$2 timeout 150 bench/gpu_bench.sh "$W/run$n" --workloads "$1" \
+    --precisions fp8 --modes "" > "$W/run$n.log" 2>&1
   if [[ -f $W/run$n/gpu-bench.json ]]; then
     python3 -c "
 import json
 r = json.load(open('$W/run$n/gpu-bench.json'))[0]
-print('run $n: $1 bf16 $2 ms/step %.3f peak %d' % (r['ms_per_step'], r['peak_memory_bytes']))
+print('run $n: $1 fp8 GEMM_GELU=$2 ms/step %.3f peak %d' % (r['ms_per_step'], r['peak_memory_bytes']))
 " | tee -a "$S"
   else
-    echo "run $n: $1 bf16 $2: no result; its log ends:" | tee -a "$S"
+    echo "run $n: $1 fp8 GEMM_GELU=$2: no result; its log ends:" | tee -a "$S"
     tail -n 3 "$W/run$n.log" | tee -a "$S"
   fi
 done
-# Where the time goes (op by op, device time), one-pass backward.
-for w in gpt2 h2048; do
-  case $w in
-    gpt2) model=(--set model.preset=gpt2 --set model.tie_embeddings=false --set training.batch_size=16
-                 --set training.seq_len=1024) ;;
-    h2048) model=(--set model.hidden=2048 --set model.heads=16 --set model.layers=8
-                  --set model.ffn=8192 --set model.context=1024 --set training.batch_size=8
-                  --set training.seq_len=1024) ;;
-  esac
-  BOULDER_PROFILE_KERNELS=1 timeout 120 .gpu/bin/boulder-trainer --spec examples/minigpt.yaml \
-    "${model[@]}" --set training.log_every_steps=1 --set generation.tokens=0 --set precision=bf16 \
-    --backend cuda --set training.steps=12 > "$W/profile-$w.log" 2>&1
-  echo "profile $w rc=$?" | tee -a "$S"
-  sed -n '/device time per op/,$p' "$W/profile-$w.log" > "$OUT/profile-$w-bf16.txt"
-done
-head -c 3000 "$OUT/profile-gpt2-bf16.txt"

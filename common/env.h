@@ -28,12 +28,6 @@ inline constexpr char kEnvFp8GemmGelu[] = "BOULDER_FP8_GEMM_GELU";
 // H200) or "off" (the forward, then CastFp8). Any other value fails the CUDA backend's creation.
 inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
 
-// Which attention backward the cuda backend runs on Hopper outside training.deterministic:
-// "one-pass" (the default: dK, dV and dQ from one kernel, dQ added in FP32 by the L2's bulk
-// reductions) or "two-kernel" (the deterministic path's dK/dV and dQ kernels). For benchmarks;
-// any other value fails the CUDA backend's creation.
-inline constexpr char kEnvAttentionBackward[] = "BOULDER_ATTENTION_BACKWARD";
-
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

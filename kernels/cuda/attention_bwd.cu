@@ -20,24 +20,18 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
                      bool wgmma, Scratch& scratch, cudaStream_t s) {
   const int Tp = PaddedT(T);
   const size_t n_rows = size_t(B) * NH * Tp;
-  // The FP32 dQ the non-deterministic kernels add into: the one-pass wgmma kernel's units
-  // (attention_bwd_fused_sm90.cuh), or the mma.sync KV kernel's [B·T, C].
-  const bool one_pass = wgmma && !deterministic;
-  const size_t n_dq = one_pass ? n_rows * HS : !deterministic && !wgmma ? size_t(B) * T * C : 0;
+  const size_t n_dq = deterministic || wgmma ? 0 : size_t(B) * T * C;
   float* Dp = static_cast<float*>(scratch.Get(sizeof(float) * (2 * n_rows + n_dq)));
   if (!Dp) return scratch.last_error();
   float* lse2 = Dp + n_rows;
   float* dq_acc = lse2 + n_rows;  // 16-byte aligned: n_rows is a multiple of 128
   const float scale = 1.f / sqrtf(float(HS)), scale_log2 = scale * kLog2e;
 
-  PreprocessKernel<HS><<<CeilDiv(n_rows, 8), 256, 0, s>>>(Dp, lse2, dout, out, stats, B, T, Tp, C,
-                                                          NH, one_pass ? dq_acc : nullptr);
+  PreprocessKernel<HS>
+      <<<CeilDiv(n_rows, 8), 256, 0, s>>>(Dp, lse2, dout, out, stats, B, T, Tp, C, NH);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if (wgmma) {
-    return AttentionBackwardSm90(dqkv, dout, qkv, lse2, Dp, one_pass ? dq_acc : nullptr, B, T, Tp,
-                                 C, NH, s);
-  }
+  if (wgmma) return AttentionBackwardSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
   const dim3 kv_grid(B * NH, CeilDiv(T, KVCfg<HS, true>::kBkv));
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;

@@ -36,23 +36,15 @@ inline int PaddedT(int T) { return (T + kTPad - 1) / kTPad * kTPad; }
 // ---- 1. preprocess -------------------------------------------------------------------------
 
 // Dp[bh, t] = Σ_c dout[b,t,h,c]·out[b,t,h,c] and lse2[bh, t] = stats[bh, t]·log2(e) for t < T;
-// both 0 for T <= t < Tp. One warp per (b, h, t). zero (null, or B·NH·Tp·HS floats, 16-byte
-// aligned: the one-pass backward's dQ accumulator) is set to 0, HS floats per warp.
+// both 0 for T <= t < Tp. One warp per (b, h, t).
 template <int HS>
 __global__ void PreprocessKernel(float* __restrict__ Dp, float* __restrict__ lse2,
                                  const bf16* __restrict__ dout, const bf16* __restrict__ out,
                                  const float* __restrict__ stats, int B, int T, int Tp, int C,
-                                 int NH, float* __restrict__ zero = nullptr) {
+                                 int NH) {
   const size_t idx = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (idx >= size_t(B) * NH * Tp) return;
-  if (zero) {
-    if constexpr (HS == 64) {
-      reinterpret_cast<float2*>(zero + idx * HS)[lane] = make_float2(0.f, 0.f);
-    } else {
-      reinterpret_cast<float4*>(zero + idx * HS)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  }
   const int t = int(idx % Tp);
   const size_t bh = idx / Tp;
   if (t >= T) {

@@ -89,41 +89,6 @@ template <int kId, int kThreads>
 __device__ __forceinline__ void NamedBarrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
-
-// sm_90's bulk copies, for the one-pass backward's dQ (attention_bwd_fused_sm90.cuh).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// 4 and 16 bytes into shared memory through the generic proxy (a bulk copy reading them must
-// follow fence.proxy.async by this thread).
-__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void StoreSharedF4(uint32_t addr, float4 v) {
-  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x), "f"(v.y),
-               "f"(v.z), "f"(v.w)
-               : "memory");
-}
-// dst[i] += the i-th float of shared memory at src, i < bytes / 4 (bytes a multiple of 16, both
-// 16-byte aligned), added in the L2 by the bulk-copy engine in no set order; joins this
-// thread's open bulk group.
-__device__ __forceinline__ void BulkReduceAddF32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Until at most N of this thread's committed bulk groups have not yet read their shared memory.
-template <int N>
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// Until every committed bulk group of this thread is complete (its writes done).
-__device__ __forceinline__ void BulkWaitAll() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 #endif  // BOULDER_ATTENTION_EMULATION
 
 // The A fragment of the 16 × 16 block at p of a row-major [m][k] matrix (leading dim ld).

@@ -77,14 +77,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     }
     b->fp8_attention_cast_ = choice == "on";
   }
-  if (const char* v = std::getenv(common::kEnvAttentionBackward); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "one-pass" && choice != "two-kernel") {
-      return absl::InvalidArgumentError(absl::StrCat(common::kEnvAttentionBackward, "=", choice,
-                                                     ": expected one-pass or two-kernel"));
-    }
-    b->attention_one_pass_ = choice == "one-pass";
-  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;
@@ -565,11 +557,9 @@ void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qk
   const void* tensors[] = {dqkv, dout, qkv};
   absl::Status shape = CheckAttentionShape(tensors, 3, B, T, C, NH);
   if (!shape.ok()) return Fail(shape);
-  // The two-kernel path on Hopper is the deterministic one (ops.h).
-  const bool two_kernel = !attention_one_pass_ && cuda::AttentionWgmmaAvailable();
   Check(cuda::AttentionBackward(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                 static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), stats,
-                                B, T, C, NH, deterministic_ || two_kernel, scratch_, stream_),
+                                B, T, C, NH, deterministic_, scratch_, stream_),
         "AttentionBackward");
 }
 

@@ -82,12 +82,8 @@ class CudaBackend final : public Backend {
   void set_fp8_attention_cast(bool on) { fp8_attention_cast_ = on; }
   void AttentionForward(void* out, float* stats, const void* qkv, int B, int T, int C,
                         int NH) override;
-  // Outside deterministic mode on Hopper, the one-pass kernel (dQ summed in no set order) unless
-  // set_attention_one_pass(false) (or common::kEnvAttentionBackward=two-kernel) picks the
-  // deterministic path's two kernels. Applies to later ops.
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* stats, int B, int T, int C, int NH) override;
-  void set_attention_one_pass(bool on) { attention_one_pass_ = on; }
   void ResidualForward(void* out, const void* a, const void* b, size_t n) override;
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
@@ -263,7 +259,6 @@ class CudaBackend final : public Backend {
   bool fused_gelu_grad_ = true;  // see set_fused_gelu_grad
   bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
-  bool attention_one_pass_ = true;   // see AttentionBackward
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
   Fp8GemmTile fp8_gemm_tile_ = Fp8GemmTile::kAuto;

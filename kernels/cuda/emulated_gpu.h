@@ -95,15 +95,12 @@ struct WgOp {
 };
 constexpr int kFp8 = 1, kAE4M3 = 2, kBE4M3 = 4;
 
-// A TMA store (map set) or a bulk reduction into FP32 global memory (reduce_dst set), recorded
-// at issue and done when the issuing thread waits for its bulk group (cp.async.bulk.wait_group),
-// so overwriting the staging before that wait shows in the output.
+// A TMA store recorded at issue and done when the issuing thread waits for its bulk group
+// (cp.async.bulk.wait_group), so overwriting the staging before that wait shows in the output.
 struct BulkStore {
   const void* map;
   int x, y;
   uint32_t src;
-  float* reduce_dst = nullptr;
-  uint32_t reduce_bytes = 0;
 };
 
 struct Fiber {
@@ -278,7 +275,7 @@ void RunBlock(int threads, const std::function<void()>& body) {
     if (!alive) {
       for (const Fiber& f : b.fibers) {
         if (!f.wg_open.empty() || !f.wg_groups.empty()) Die("a wgmma was never waited for");
-        if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a bulk copy was never waited for");
+        if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a TMA store was never waited for");
       }
       for (const Rendezvous& r : b.named) {
         if (r.count != 0) Die("a named barrier was left with arrivals no thread waited for");
@@ -449,56 +446,6 @@ void CpAsyncWait() {
     f.groups.pop_front();
   }
 }
-
-// The one-pass backward's dQ staging and bulk reductions (attention_common.cuh): a reduction
-// checks at issue that its source bytes were fenced from the generic proxy, and adds them when
-// its issuer waits for its bulk group, so staging overwritten before that wait shows.
-void StoreShared32(uint32_t addr, uint32_t v) {
-  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
-  std::memcpy(smem + addr, &v, 4);
-  emu::NoteGenericWrite(addr, 4);
-}
-void StoreSharedF4(uint32_t addr, float4 v) {
-  if (addr % 16 != 0 || addr + 16 > emu::g_block.smem_bytes) Die("st.shared.v4 out of bounds");
-  std::memcpy(smem + addr, &v, 16);
-  emu::NoteGenericWrite(addr, 16);
-}
-void BulkReduceAddF32(float* dst, uint32_t src, uint32_t bytes) {
-  if (bytes % 16 != 0 || src % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0) {
-    Die("bulk reduction: size or address not a multiple of 16 bytes");
-  }
-  if (src + bytes > emu::g_block.smem_bytes) Die("bulk reduction source outside shared memory");
-  for (uint32_t i = 0; i < bytes; ++i) emu::CheckAsyncProxyRead(src + i, "bulk reduction");
-  emu::BulkStore op{};
-  op.src = src;
-  op.reduce_dst = dst;
-  op.reduce_bytes = bytes;
-  emu::Me().bulk_open.push_back(op);
-}
-void BulkCommit() {
-  emu::Fiber& f = emu::Me();
-  f.bulk_groups.push_back(std::move(f.bulk_open));
-  f.bulk_open.clear();
-}
-void RunBulkReductions(size_t keep) {
-  emu::Fiber& f = emu::Me();
-  while (f.bulk_groups.size() > keep) {
-    for (const emu::BulkStore& op : f.bulk_groups.front()) {
-      if (!op.reduce_dst) Die("a TMA store in the attention kernels' bulk groups");
-      for (uint32_t i = 0; i < op.reduce_bytes / 4; ++i) {
-        float v;
-        std::memcpy(&v, smem + op.src + 4 * i, 4);
-        op.reduce_dst[i] += v;
-      }
-    }
-    f.bulk_groups.pop_front();
-  }
-}
-template <int N>
-void BulkWaitRead() {
-  RunBulkReductions(N);
-}
-void BulkWaitAll() { RunBulkReductions(0); }
 
 uint16_t Bits(const __nv_bfloat16* p) {
   uint16_t u;

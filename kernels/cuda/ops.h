@@ -182,20 +182,19 @@ struct AttentionFp8Cast {
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
                                  int NH, cudaStream_t s, const AttentionFp8Cast* fp8 = nullptr);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
-// otherwise one kernel adds it in FP32 in no set order (last bits vary between runs): with
-// mma.sync through atomics, with wgmma through the L2's bulk reductions (one pass over the
-// keys and queries instead of two). `kernel` picks as for the forward.
+// otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
+// between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
+// picks as for the forward.
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
                               Scratch& scratch, cudaStream_t s,
                               AttentionKernel kernel = AttentionKernel::kAuto);
-// attention_bwd_sm90.cu: the backward on wgmma given the preprocess arrays (attention_bwd.cuh):
-// with dq_acc null the dK/dV and dQ kernels (deterministic); else the one-pass kernel adding dQ
-// into dq_acc (B·NH·Tp·HS floats, zeroed before: attention_bwd_fused_sm90.cuh) and its
-// conversion into dqkv.
+// attention_bwd_sm90.cu: the backward's dK/dV and dQ kernels on wgmma (both modes: the dQ
+// kernel is deterministic and faster than atomics there), given the preprocess arrays
+// (attention_bwd.cuh).
 cudaError_t AttentionBackwardSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
-                                  const float* Dp, float* dq_acc, int B, int T, int Tp, int C,
-                                  int NH, cudaStream_t s);
+                                  const float* Dp, int B, int T, int Tp, int C, int NH,
+                                  cudaStream_t s);
 
 }  // namespace boulder::kernels::cuda
 

@@ -90,7 +90,6 @@ TEST(ModelFeaturesGpuTest, RecomputeKeepsTheLossAndLowersPeakMemory) {
   const Recompute modes[3] = {Recompute::kNone, Recompute::kMlp, Recompute::kFull};
   for (int i = 0; i < 3; ++i) {
     auto gpu = Gpu();
-    gpu->SetDeterministic(true);  // the attention backward's dQ sums in a fixed order
     ModelOptions o = Options();
     o.recompute = modes[i];
     auto m = Model::Create(gpu.get(), o);
@@ -98,7 +97,7 @@ TEST(ModelFeaturesGpuTest, RecomputeKeepsTheLossAndLowersPeakMemory) {
     losses[i] = Train(m->get(), 3);
     peak[i] = gpu->GetMemoryStats().peak_bytes;
   }
-  // The same deterministic kernels on the same inputs: identical.
+  // The same kernels on the same inputs: identical unless a kernel is non-deterministic.
   for (int i = 1; i < 3; ++i) {
     for (size_t s = 0; s < losses[0].size(); ++s) {
       EXPECT_NEAR(losses[i][s], losses[0][s], 1e-6) << "mode " << i << " step " << s;
