@@ -17,6 +17,16 @@ inline constexpr char kEnvProfileKernels[] = "BOULDER_PROFILE_KERNELS";
 // way back to cuBLASLt should our kernel misbehave; any other value fails the backend's creation.
 inline constexpr char kEnvFp8Gemm[] = "BOULDER_FP8_GEMM";
 
+// Which BF16 GEMM the cuda backend's Linear forwards (CudaBackend::MatmulForward) run
+// (CudaBackend::set_bf16_gemm): "auto" (the default: the measured choice per call, see
+// CudaBackend::RoutesToOwnBf16Gemm), "cublaslt" (cuBLASLt everywhere), "own" (our Hopper kernel,
+// bf16_gemm_sm90.h, on every forward it takes) or "own-gelu" (ours on fc1's GELU forwards
+// only). BOULDER_BF16_GEMM_TILE picks its tile: "auto" (the default), "256", "128" or
+// "pingpong". For benchmarks, and a way back to cuBLASLt; any other value fails the backend's
+// creation.
+inline constexpr char kEnvBf16Gemm[] = "BOULDER_BF16_GEMM";
+inline constexpr char kEnvBf16GemmTile[] = "BOULDER_BF16_GEMM_TILE";
+
 // Whether fc1's FP8 forward casts fc2's input in its GEMM's epilogue (our Hopper kernel, where
 // BOULDER_FP8_GEMM routes fc1 to it): "off" (the default: the GEMM, then GeluCastFp8; measured
 // faster on the H200 than the fused epilogue) or "on". Any other value fails the CUDA backend's

@@ -61,6 +61,32 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           absl::StrCat(common::kEnvFp8Gemm, "=", choice, ": expected auto, cublaslt or own"));
     }
   }
+  if (const char* v = std::getenv(common::kEnvBf16Gemm); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice == "cublaslt") {
+      b->bf16_gemm_ = Bf16Gemm::kCublasLt;
+    } else if (choice == "own") {
+      b->bf16_gemm_ = Bf16Gemm::kSm90;
+    } else if (choice == "own-gelu") {
+      b->bf16_gemm_ = Bf16Gemm::kSm90Gelu;
+    } else if (choice != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          common::kEnvBf16Gemm, "=", choice, ": expected auto, cublaslt, own or own-gelu"));
+    }
+  }
+  if (const char* v = std::getenv(common::kEnvBf16GemmTile); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice == "256") {
+      b->bf16_gemm_tile_ = Bf16GemmTile::kN256;
+    } else if (choice == "128") {
+      b->bf16_gemm_tile_ = Bf16GemmTile::kN128;
+    } else if (choice == "pingpong") {
+      b->bf16_gemm_tile_ = Bf16GemmTile::kPingPong;
+    } else if (choice != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          common::kEnvBf16GemmTile, "=", choice, ": expected auto, 256, 128 or pingpong"));
+    }
+  }
   if (const char* v = std::getenv(common::kEnvFp8GemmGelu); v != nullptr && *v != '\0') {
     const std::string choice = v;
     if (choice != "on" && choice != "off") {
@@ -307,15 +333,45 @@ void CudaBackend::MatmulForward(void* out, void* pre_gelu, const void* inp, cons
   s.lda = C;
   s.ldb = C;
   s.ldd = OC;
+  const bool gelu = epilogue == Epilogue::kGelu;
+  if (gelu) BOULDER_REQUIRE(pre_gelu != nullptr, "GELU epilogue without a pre-activation buffer");
+  if (RoutesToOwnBf16Gemm(N, C, OC, gelu, out, pre_gelu, inp, weight, bias)) {
+    // Ours writes the pre-activation to its first output and GELU of it to the second.
+    Check(Bf16GemmSm90(static_cast<bf16*>(gelu ? pre_gelu : out),
+                       gelu ? static_cast<bf16*>(out) : nullptr, static_cast<const bf16*>(inp),
+                       static_cast<const bf16*>(weight), static_cast<const bf16*>(bias), N, OC,
+                       C, stream_, bf16_gemm_tile_),
+          "Bf16GemmSm90");
+    return;
+  }
   void* aux = nullptr;
-  if (epilogue == Epilogue::kGelu) {
-    BOULDER_REQUIRE(pre_gelu != nullptr, "GELU epilogue without a pre-activation buffer");
+  if (gelu) {
     s.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     aux = pre_gelu;
   } else {
     s.epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   }
   Check(matmul_->Run(s, weight, inp, out, bias, aux, stream_));
+}
+
+bool CudaBackend::RoutesToOwnBf16Gemm(int N, int C, int OC, bool gelu, const void* out,
+                                      const void* pre_gelu, const void* inp, const void* weight,
+                                      const void* bias) const {
+  if (bf16_gemm_ == Bf16Gemm::kCublasLt || cc_major_ != 9 || !Bf16GemmSm90Available()) {
+    return false;
+  }
+  if (!Bf16GemmSm90Supports(N, OC, C, inp, weight, gelu ? pre_gelu : out, bias,
+                            gelu ? out : nullptr)) {
+    return false;
+  }
+  switch (bf16_gemm_) {
+    case Bf16Gemm::kSm90:
+      return true;
+    case Bf16Gemm::kSm90Gelu:
+      return gelu;
+    default:
+      return Bf16GemmSm90Preferred(N, OC, C, gelu);
+  }
 }
 
 namespace {

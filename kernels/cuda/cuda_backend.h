@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/bf16_gemm_sm90.h"
 #include "kernels/cuda/fp8_gemm_sm90.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/ops.h"
@@ -143,6 +144,15 @@ class CudaBackend final : public Backend {
   void MatmulFp8(void* out, const uint8_t* a, Fp8Format a_format, const float* a_scale_inv,
                  const uint8_t* b, Fp8Format b_format, const float* b_scale_inv, const void* bias,
                  int M, int N, int K, bool accumulate, bool fast_accum) override;
+  // Which BF16 GEMM MatmulForward runs: cuBLASLt's, our own Hopper kernel (bf16_gemm_sm90.h)
+  // wherever it takes the call, ours on fc1's GELU forwards only, or kAuto: ours where
+  // Bf16GemmSm90Preferred says it was measured faster (the default). Calls our kernel does not
+  // take, and GPUs it does not run on, go to cuBLASLt. The tile is for benchmarks and tests.
+  enum class Bf16Gemm { kCublasLt, kSm90, kSm90Gelu, kAuto };
+  void set_bf16_gemm(Bf16Gemm g, Bf16GemmTile tile = Bf16GemmTile::kAuto) {
+    bf16_gemm_ = g;
+    bf16_gemm_tile_ = tile;
+  }
   // Which FP8 GEMM MatmulFp8 runs: cuBLASLt's, our own Hopper kernel (fp8_gemm_sm90.h) wherever
   // it takes the shape, or kAuto: our own where Fp8GemmSm90Preferred says it is faster (the
   // default). Shapes our kernel does not take, and GPUs it does not run on, go to cuBLASLt.
@@ -210,6 +220,10 @@ class CudaBackend final : public Backend {
   CudaBackend() = default;
   // Records the first failure; true when the op may proceed.
   bool Ok() const { return sticky_.ok(); }
+  // Whether MatmulForward runs our Hopper BF16 kernel on this call (set_bf16_gemm, the device
+  // and the call's shape and pointers).
+  bool RoutesToOwnBf16Gemm(int N, int C, int OC, bool gelu, const void* out, const void* pre_gelu,
+                           const void* inp, const void* weight, const void* bias) const;
   // Whether MatmulFp8 runs our Hopper kernel (fp8_gemm_sm90.h) on this call: set_fp8_gemm
   // allows it, the device and shape take it, and (kAuto) it was measured faster there.
   bool RoutesToOwnFp8Gemm(int M, int N, int K, bool a_e4m3, bool b_e4m3, const void* a,
@@ -261,6 +275,8 @@ class CudaBackend final : public Backend {
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
+  Bf16Gemm bf16_gemm_ = Bf16Gemm::kAuto;  // see set_bf16_gemm
+  Bf16GemmTile bf16_gemm_tile_ = Bf16GemmTile::kAuto;
   Fp8GemmTile fp8_gemm_tile_ = Fp8GemmTile::kAuto;
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;

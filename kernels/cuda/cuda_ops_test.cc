@@ -263,6 +263,55 @@ TEST_F(CudaOpsTest, MatmulWithEpilogues) {
   }
 }
 
+// Our Hopper BF16 GEMM (bf16_gemm_sm90.h) through MatmulForward, every tile, with and without
+// the bias and the GELU epilogue, against the CPU backend; shapes with more tiles than SMs (the
+// persistent schedule's later rounds) and a column count not a multiple of 256 (kN256 falls back
+// to 128). Each call is run twice: the same bits both times. Skips off sm_90.
+TEST_F(CudaOpsTest, OwnBf16GemmForward) {
+  if (!Bf16GemmSm90Available()) GTEST_SKIP() << "our BF16 GEMM needs an sm_90 GPU";
+  struct Shape {
+    int N, C, OC;
+  };
+  for (Shape sh : {Shape{2048, 256, 1536}, Shape{256, 192, 384}, Shape{1024, 768, 3072}}) {
+    const int N = sh.N, C = sh.C, OC = sh.OC;
+    Pair inp(cpu_.get(), gpu_.get(), size_t(N) * C), w(cpu_.get(), gpu_.get(), size_t(OC) * C),
+        bias(cpu_.get(), gpu_.get(), OC), out(cpu_.get(), gpu_.get(), size_t(N) * OC),
+        pre(cpu_.get(), gpu_.get(), size_t(N) * OC);
+    inp.Set(Random(inp.n, rng_));
+    w.Set(Random(w.n, rng_, 1.f / std::sqrt(float(C))));
+    bias.Set(Random(OC, rng_));
+    for (Bf16GemmTile tile : {Bf16GemmTile::kAuto, Bf16GemmTile::kN256, Bf16GemmTile::kN128,
+                              Bf16GemmTile::kPingPong}) {
+      for (Epilogue ep : {Epilogue::kNone, Epilogue::kGelu}) {
+        for (bool with_bias : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " OC=" << OC << " tile="
+                                          << int(tile) << " gelu=" << (ep == Epilogue::kGelu)
+                                          << " bias=" << with_bias);
+          const bool gelu = ep == Epilogue::kGelu;
+          out.Poison();
+          pre.Poison();
+          gpu_->set_bf16_gemm(CudaBackend::Bf16Gemm::kSm90, tile);
+          cpu_->MatmulForward(out.c, gelu ? pre.c : nullptr, inp.c, w.c,
+                              with_bias ? bias.c : nullptr, N, C, OC, ep);
+          gpu_->MatmulForward(out.g, gelu ? pre.g : nullptr, inp.g, w.g,
+                              with_bias ? bias.g : nullptr, N, C, OC, ep);
+          ExpectClose(out, 1e-2, gelu ? "gelu out" : "matmul out");
+          if (gelu) ExpectClose(pre, 1e-2, "pre-gelu");
+          const std::vector<float> first_out = out.Gpu(), first_pre = pre.Gpu();
+          out.Poison();
+          pre.Poison();
+          gpu_->MatmulForward(out.g, gelu ? pre.g : nullptr, inp.g, w.g,
+                              with_bias ? bias.g : nullptr, N, C, OC, ep);
+          ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+          EXPECT_TRUE(out.Gpu() == first_out) << "output differs between two runs";
+          if (gelu) EXPECT_TRUE(pre.Gpu() == first_pre) << "pre-activation differs between two runs";
+        }
+      }
+    }
+    gpu_->set_bf16_gemm(CudaBackend::Bf16Gemm::kAuto);
+  }
+}
+
 // Forward and backward against the CPU reference, with the backward run in both modes:
 // deterministic (two kernels, checked bit-identical over two runs) and atomic dQ.
 void AttentionCase(Backend* cpu, CudaBackend* gpu, std::mt19937& rng, int B, int T, int NH,

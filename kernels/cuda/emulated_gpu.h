@@ -705,6 +705,9 @@ template <int kTransA, int kTransB>
 void WgmmaSS128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   Record(false, 128, kTransA, kTransB, desc_a, desc_b, scale_d, nullptr, d);
 }
+void WgmmaSS256(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  Record(false, 256, 0, 0, desc_a, desc_b, scale_d, nullptr, d);
+}
 template <int kTransB>
 void WgmmaRS64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
   Record(true, 64, 0, kTransB, 0, desc_b, 1, a, d);

@@ -7,61 +7,17 @@
 
 #include "kernels/cuda/fp8_gemm_sm90.cuh"
 #include "kernels/cuda/fp8_gemm_sm90.h"
+#include "kernels/cuda/tma_map.h"
 
 namespace boulder::kernels::cuda {
 namespace {
 
 using namespace fp8gemm;  // NOLINT: the kernel's constants and configuration
 
-PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// The output: rows × cols BF16, row-major, boxes of 64 × 64 with the 128-byte swizzle.
-bool EncodeOutMap(CUtensorMap* map, bf16* ptr, int rows, int cols) {
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, 64};
-  const cuuint32_t elem[2] = {1, 1};
-  return Encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box, elem,
-                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                   CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// rows × K bytes, row-major, boxes of box_rows × 128 bytes with the 128-byte swizzle.
-bool EncodeMap(CUtensorMap* map, const uint8_t* ptr, int rows, int K, int box_rows) {
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(K)};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  return Encoder()(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(ptr), dims, strides,
-                   box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-int SmCount() {
-  static int n = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      return 0;
-    }
-    return sms;
-  }();
-  return n;
-}
+using tma::EncodeMap;
+using tma::EncodeOutMap;
+using tma::Encoder;
+using tma::SmCount;
 
 // kPingPong: Fp8GemmSm90PingPongKernel (128-column tiles, fast accumulation). kGelu: the
 // kernels' fused cast of fc2's input (gelu).

@@ -140,6 +140,19 @@ __device__ __forceinline__ void WgmmaSS128(float (&d)[64], uint64_t desc_a, uint
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
 }
 
+// d[0..128) = A·B (scale_d 0) or d + A·B (scale_d 1): wgmma m64n256k16, A and B K-major from
+// shared memory (descriptors), BF16 products accumulated in FP32 (bf16_gemm_sm90.cuh's
+// 256-column tiles).
+__device__ __forceinline__ void WgmmaSS256(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                           int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " BOULDER_WGMMA_REGS128
+      ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : BOULDER_WGMMA_D128
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // d[0..32) += A·B: wgmma m64n64k16 with A from registers (the warpgroup's 64 × 16 block,
 // each warp's 16 rows as an mma.sync A fragment) and B from shared memory; kTransB 1: B is
 // MN-major.
