@@ -38,6 +38,12 @@ inline constexpr char kEnvFp8GemmGelu[] = "BOULDER_FP8_GEMM_GELU";
 // H200) or "off" (the forward, then CastFp8). Any other value fails the CUDA backend's creation.
 inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
 
+// How the Hopper attention backward gets dQ (kernels/cuda/ops.h, AttentionDq): "auto" (the
+// default: AttentionDqDefault), "recompute" (a second kernel recomputes S and dP) or "stored"
+// (the dK/dV kernel stores dS, and the second kernel multiplies it by K). For benchmarks; any
+// other value fails the CUDA backend's creation.
+inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
+
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

@@ -172,6 +172,16 @@ void Run(const Shape& sh, int warmup, int iters) {
       });
     }
   }
+  // wgmma with dQ from the stored dS (AttentionDq::kStoredDs), and its scratch's size.
+  double bwd_stored = NAN;
+  if (wgmma) {
+    bwd_stored = MedianMs(warmup, iters, [&](int i) {
+      const Buffers& b = set[i % kSets];
+      BENCH_CHECK(AttentionBackward(b.dqkv, b.dout, b.qkv, b.out, b.stats, sh.B, sh.T, C, sh.NH,
+                                    true, scratch, 0, AttentionKernel::kWgmma,
+                                    AttentionDq::kStoredDs));
+    });
+  }
   char shape[96];
   std::snprintf(shape, sizeof shape, "%s B=%d T=%d NH=%d HS=%d", sh.name, sh.B, sh.T, sh.NH, sh.HS);
   const struct {
@@ -182,6 +192,7 @@ void Run(const Shape& sh, int warmup, int iters) {
               {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
               {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
               {"bwd (both modes), wgmma", bwd[1][1], bwd_flop},
+              {"bwd stored dS, wgmma", bwd_stored, bwd_flop},
               {"fwd + CastFp8, wgmma", fwd_cast, fwd_flop},
               {"fwd casting FP8, wgmma", fwd_fused, fwd_flop}};
   for (const auto& r : rows) {
@@ -191,8 +202,12 @@ void Run(const Shape& sh, int warmup, int iters) {
   }
   if (wgmma) {
     std::printf("%-32s %-24s %zu codes differ between the two FP8 rows\n", shape, "", codes_differ);
+    std::printf("%-32s %-24s %.1f MiB of scratch with the stored dS\n", shape, "",
+                double(scratch.capacity()) / (1 << 20));
   }
-  const double bwd_used = wgmma ? bwd[1][1] : bwd[0][0];  // what the backend runs
+  const double bwd_used = !wgmma                                        ? bwd[0][0]
+                          : AttentionDqDefault() == AttentionDq::kStoredDs ? bwd_stored
+                                                                          : bwd[1][1];
   std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (as trained)", fwd + bwd_used,
               (fwd + bwd_used) * sh.layers);
   for (Buffers& b : set) {

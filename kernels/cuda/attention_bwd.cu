@@ -1,6 +1,7 @@
 // Launcher of the causal flash attention backward (the kernels and the algorithm:
 // attention_bwd.cuh).
 #include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_bwd_sm90.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -17,21 +18,24 @@ cudaError_t AllowSmem(Kernel k, int bytes) {
 template <int HS>
 cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                      const float* stats, int B, int T, int C, int NH, bool deterministic,
-                     bool wgmma, Scratch& scratch, cudaStream_t s) {
+                     bool wgmma, bool stored_ds, Scratch& scratch, cudaStream_t s) {
   const int Tp = PaddedT(T);
   const size_t n_rows = size_t(B) * NH * Tp;
   const size_t n_dq = deterministic || wgmma ? 0 : size_t(B) * T * C;
-  float* Dp = static_cast<float*>(scratch.Get(sizeof(float) * (2 * n_rows + n_dq)));
+  const size_t ds_bytes = wgmma && stored_ds ? DsBufferBytes(B, NH, T) : 0;
+  float* Dp = static_cast<float*>(scratch.Get(sizeof(float) * (2 * n_rows + n_dq) + ds_bytes));
   if (!Dp) return scratch.last_error();
   float* lse2 = Dp + n_rows;
   float* dq_acc = lse2 + n_rows;  // 16-byte aligned: n_rows is a multiple of 128
+  // After lse2 (n_dq is 0 with wgmma): 512-byte aligned, as cp.async's 16 bytes need.
+  unsigned char* ds = ds_bytes ? reinterpret_cast<unsigned char*>(dq_acc) : nullptr;
   const float scale = 1.f / sqrtf(float(HS)), scale_log2 = scale * kLog2e;
 
   PreprocessKernel<HS>
       <<<CeilDiv(n_rows, 8), 256, 0, s>>>(Dp, lse2, dout, out, stats, B, T, Tp, C, NH);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if (wgmma) return AttentionBackwardSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s);
+  if (wgmma) return AttentionBackwardSm90(dqkv, dout, qkv, lse2, Dp, B, T, Tp, C, NH, s, ds);
   const dim3 kv_grid(B * NH, CeilDiv(T, KVCfg<HS, true>::kBkv));
   if (!deterministic) {
     using Cfg = KVCfg<HS, true>;
@@ -61,7 +65,8 @@ cudaError_t Backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* 
 
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
-                              Scratch& scratch, cudaStream_t s, AttentionKernel kernel) {
+                              Scratch& scratch, cudaStream_t s, AttentionKernel kernel,
+                              AttentionDq dq) {
   if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
       int64_t(B) * NH > INT32_MAX) {
     return cudaErrorInvalidValue;
@@ -74,10 +79,16 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
   const bool wgmma = AttentionUsesWgmma(kernel);
   if (kernel == AttentionKernel::kWgmma && !wgmma) return cudaErrorNotSupported;
+  if (dq == AttentionDq::kAuto) dq = AttentionDqDefault();
+  const bool stored = dq == AttentionDq::kStoredDs;
   if (hs == 64) {
-    return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, scratch, s);
+    return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, stored,
+                        scratch, s);
   }
-  return Backward<128>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, scratch, s);
+  return Backward<128>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, stored,
+                       scratch, s);
 }
+
+AttentionDq AttentionDqDefault() { return AttentionDq::kRecompute; }
 
 }  // namespace boulder::kernels::cuda

@@ -24,6 +24,15 @@
 // fixed order (K and V double-buffered): S = Q·Kᵀ and dP = dO·Vᵀ issued together, P and
 // dS = P ∘ (dP − D) in the accumulators, dQ += dS·K with dS from registers and K read MN-major.
 // Bit-reproducible: no atomics, the same order every run. dQ times the scale is written (=).
+//
+// The stored-dS variant (AttentionDq::kStoredDs) removes the dQ kernel's two recomputed products
+// (S and dP): the dK/dV kernel (kStoreDs) also writes the BF16 dSᵀ it already holds for dK's
+// product into a packed buffer (DsBlockOffset: per (batch, head) the 64 × 64 blocks on and below
+// the diagonal, each [64 keys][64 queries] in the 128-byte-swizzled layout of a shared tile), and
+// FlashBackwardDqFromDsSm90Kernel computes dQ = scale · dS·K from those blocks and K alone:
+// one product instead of three, for B·NH·nb(nb+1)/2·8 KiB written and read again (nb = ⌈T/64⌉).
+// The same dS values as dK's (the recomputing kernel rounds its own S = Q·Kᵀ), a fixed key order,
+// no atomics: bit-reproducible as well.
 #ifndef BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
 #define BOULDER_KERNELS_CUDA_ATTENTION_BWD_SM90_CUH_
 
@@ -63,12 +72,30 @@ __device__ __forceinline__ void WgmmaRSMN(float (&d)[N / 2], const uint32_t (&a)
 }
 #endif
 
-template <int HS>
+// The stored-dS buffer: per (batch, head) bh, the nb(nb+1)/2 blocks (query block qb, key block
+// kb), kb <= qb < nb = ⌈T/64⌉, in the order (qb, kb) → qb(qb+1)/2 + kb, 8 KiB each: [64 keys][64
+// queries] BF16, key row r at r·128 bytes, its 16-byte chunk c (queries 8c..8c+7) at chunk
+// position c ^ (r % 8) — a shared tile's swizzled layout (wgmma.cuh), so the dQ kernel copies a
+// block byte for byte and reads it as its product's MN-major A operand. Entries past T are 0.
+constexpr int kDsBlockBytes = 64 * 64 * 2;
+__host__ __device__ __forceinline__ size_t DsBlocksPerHead(int T) {
+  const size_t nb = (size_t(T) + 63) / 64;
+  return nb * (nb + 1) / 2;
+}
+__host__ __device__ __forceinline__ size_t DsBlockOffset(size_t bh, int T, int qb, int kb) {
+  return (bh * DsBlocksPerHead(T) + size_t(qb) * (qb + 1) / 2 + kb) * kDsBlockBytes;
+}
+__host__ __device__ __forceinline__ size_t DsBufferBytes(int B, int NH, int T) {
+  return size_t(B) * NH * DsBlocksPerHead(T) * kDsBlockBytes;
+}
+
+// kStoreDs: also writes dSᵀ into `ds` (the stored-dS buffer above) for FlashBackwardDqFromDsSm90Kernel.
+template <int HS, bool kStoreDs = false>
 __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
     FlashBackwardKVSm90Kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ dout,
                               const bf16* __restrict__ qkv, const float* __restrict__ lse2,
                               const float* __restrict__ Dp, int T, int Tp, int C, int NH,
-                              float scale, float scale_log2) {
+                              float scale, float scale_log2, unsigned char* __restrict__ ds = nullptr) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
   using Cfg = Sm90BwdCfg<HS>;
   constexpr int kBkv = Cfg::kBkv, kBq = Cfg::kBq, kThreads = Cfg::kThreads;
@@ -206,6 +233,26 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
       wgmma::Wait<0>();
       wgmma::FenceOperand(dv);
       wgmma::FenceOperand(dk);
+      if constexpr (kStoreDs) {
+        // dSᵀ rows r = 16wq + g and r + 8 of key block kb, query blocks q0 / 64 + i: block j of
+        // 8 queries (chunk j % 8 of block j / 8) is da[j / 2][2 (j % 2)] (row r) and
+        // da[j / 2][2 (j % 2) + 1] (row r + 8); blocks above the diagonal or past T are not kept.
+        const int kb = kvw / 64, nb = (T + 63) / 64, r = 16 * wq + g;
+#pragma unroll
+        for (int i = 0; i < kBq / 64; ++i) {
+          const int qb = q0 / 64 + i;
+          if (qb >= kb && qb < nb) {
+            unsigned char* blk = ds + DsBlockOffset(blockIdx.x, T, qb, kb) + r * 128 + 4 * t4;
+#pragma unroll
+            for (int c = 0; c < 8; ++c) {
+              const int j = 8 * i + c;
+              *reinterpret_cast<uint32_t*>(blk + ((c ^ g) << 4)) = da[j / 2][2 * (j % 2)];
+              *reinterpret_cast<uint32_t*>(blk + 8 * 128 + ((c ^ g) << 4)) =
+                  da[j / 2][2 * (j % 2) + 1];
+            }
+          }
+        }
+      }
     }
     __syncthreads();  // every warpgroup is done with this stage before a refill
   }
@@ -362,6 +409,103 @@ __global__ void __launch_bounds__(Sm90QCfg<HS>::kThreads, HS == 64 ? 2 : 1)
   attn::WarpgroupBarrier(wg);
   attn::StoreWarpgroupRows<kBq, HS>(dqkv + size_t(b) * T * stride + h * HS, stride, qw, T, sQ,
                                     64 * wg);
+#else
+  __trap();  // launched only where AttentionWgmmaAvailable() holds
+#endif
+}
+
+// dQ = scale · dS·K from the stored dS (FlashBackwardKVSm90Kernel<HS, true>). One block of two
+// warpgroups per 128-query tile (longest first), warpgroup w owning query block qb = 2·tile + w
+// (rows [64w, 64w + 64) of the tile) and its dQ in registers; the block walks the key blocks
+// 0..(its last query block) in order with a 3-stage cp.async ring of (K rows [64 kb, 64 kb + 64),
+// both warpgroups' dSᵀ blocks), and each warpgroup adds dS·K_kb for kb <= qb: 4 m64n{HS}k16
+// products, dS MN-major (the stored [key][query] block) and K MN-major, both from shared memory.
+template <int HS>
+struct Sm90DqCfg {
+  static constexpr int kThreads = 256, kBq = 128, kBkv = 64, kStages = 3;
+  static constexpr int kKBytes = HS / 64 * kBkv * 128;         // K rows of one key block
+  static constexpr int kStageBytes = kKBytes + 2 * kDsBlockBytes;  // K, dS of warpgroups 0 and 1
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static_assert(kStageBytes >= kBq * HS * 2, "stage 0 also stages the 128 × HS dQ tile");
+};
+
+template <int HS>
+__global__ void __launch_bounds__(Sm90DqCfg<HS>::kThreads, HS == 64 ? 3 : 2)
+    FlashBackwardDqFromDsSm90Kernel(bf16* __restrict__ dqkv, const bf16* __restrict__ qkv,
+                                    const unsigned char* __restrict__ ds, int T, int C, int NH,
+                                    float scale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
+  using Cfg = Sm90DqCfg<HS>;
+  constexpr int kThreads = Cfg::kThreads, kStages = Cfg::kStages, kO = HS / 2;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* base = attn::AlignSwizzled(smem);
+
+  const int qt = gridDim.y - 1 - blockIdx.y;  // grid (B·NH, query tiles): longest first
+  const int h = blockIdx.x % NH, b = blockIdx.x / NH;
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const size_t stride = 3 * size_t(C);
+  const bf16* kbase = qkv + size_t(b) * T * stride + h * HS + C;
+  const int nb = (T + 63) / 64;
+  const int qb = 2 * qt + wg;                    // this warpgroup's query block
+  const int n_kb = min(2 * qt + 2, nb);          // key blocks 0..the block's last query block
+  const bool rows = qb < nb;                     // the warpgroup has rows below T
+
+  auto load = [&](int kb, int stage) {
+    unsigned char* st = base + stage * Cfg::kStageBytes;
+    attn::LoadSwizzledAsync<Cfg::kBkv, HS, kThreads>(st, kbase, stride, kb * 64, T);
+    // Both warpgroups' dS blocks: 2 × 512 chunks of 16 bytes, 4 per thread; a block above the
+    // diagonal or past T is not read (its warpgroup skips this key block).
+#pragma unroll
+    for (int it = 0; it < 2 * kDsBlockBytes / 16 / kThreads; ++it) {
+      const int i = it * kThreads + threadIdx.x;
+      const int w = i / (kDsBlockBytes / 16), chunk = i % (kDsBlockBytes / 16);
+      const int qbw = 2 * qt + w;
+      if (kb <= qbw && qbw < nb) {
+        attn::CpAsync16(st + Cfg::kKBytes + w * kDsBlockBytes + chunk * 16,
+                        ds + DsBlockOffset(blockIdx.x, T, qbw, kb) + chunk * 16, true);
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_kb) load(s, s);
+    attn::CpAsyncCommit();
+  }
+
+  float dq[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) dq[i] = 0.f;
+  for (int kb = 0; kb < n_kb; ++kb) {
+    const int stage = kb % kStages;
+    if (kb + kStages - 1 < n_kb) load(kb + kStages - 1, (kb + kStages - 1) % kStages);
+    attn::CpAsyncCommit();
+    attn::CpAsyncWait<kStages - 1>();
+    wgmma::FenceProxyAsync();
+    __syncthreads();
+    if (rows && kb <= qb) {
+      const uint32_t k_addr = attn::SmemAddr(base + stage * Cfg::kStageBytes);
+      const uint32_t ds_addr = k_addr + Cfg::kKBytes + wg * kDsBlockBytes;
+      wgmma::FenceOperand(dq);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {  // 16 keys each
+        WgmmaSS<HS, 1, 1>(dq, wgmma::Desc(ds_addr + kk * 16 * 128, 64 * 128, 1024),
+                          wgmma::Desc(k_addr + kk * 16 * 128, Cfg::kBkv * 128, 1024), 1);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::FenceOperand(dq);
+    }
+    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+  }
+  attn::CpAsyncWait<0>();  // (every load was consumed; nothing is in flight)
+
+  // Stage 0 (every warpgroup is past its last product: the loop's final barrier) stages the 128 × HS dQ tile, warpgroup w its rows [64w, 64w + 64).
+  attn::StageAccumulators<Cfg::kBq, HS>(base, 64 * wg + 16 * wq + g, dq, scale, scale);
+  attn::WarpgroupBarrier(wg);
+  attn::StoreWarpgroupRows<Cfg::kBq, HS>(dqkv + size_t(b) * T * stride + h * HS, stride,
+                                         qt * Cfg::kBq + 64 * wg, T, base, 64 * wg);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif

@@ -196,10 +196,11 @@ void RunForwardSm90Fp8(const Problem& pr, const std::vector<bf16>& qkv, std::vec
   });
 }
 
+// stored_ds: the dK/dV kernel also writes dS, and dQ comes from it (AttentionDq::kStoredDs).
 template <int HS>
 void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std::vector<bf16>& out,
                      const std::vector<float>& stats, const std::vector<bf16>& dout,
-                     std::vector<bf16>* dqkv) {
+                     std::vector<bf16>* dqkv, bool stored_ds = false) {
   const int B = pr.B, T = pr.T, NH = pr.NH, C = pr.C(), Tp = PaddedT(T);
   const size_t n_rows = size_t(B) * NH * Tp;
   std::vector<float> Dp(n_rows, NAN), lse2(n_rows, NAN);
@@ -211,6 +212,19 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
   Launch(dim3(unsigned((n_rows + 7) / 8)), 256, 0,
          [=] { PreprocessKernel<HS>(pD, pL, pdo, po, ps, B, T, Tp, C, NH); });
   using KV = Sm90BwdCfg<HS>;
+  if (stored_ds) {
+    // Poisoned: a block the dQ kernel reads and the dK/dV kernel did not write gives NaN.
+    std::vector<unsigned char> ds(DsBufferBytes(B, NH, T), 0xff);
+    unsigned char* pds = ds.data();
+    Launch(dim3(B * NH, (T + KV::kBkv - 1) / KV::kBkv), KV::kThreads, KV::kSmemBytes, [=] {
+      FlashBackwardKVSm90Kernel<HS, true>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2,
+                                          pds);
+    });
+    using DC = Sm90DqCfg<HS>;
+    Launch(dim3(B * NH, (T + DC::kBq - 1) / DC::kBq), DC::kThreads, DC::kSmemBytes,
+           [=] { FlashBackwardDqFromDsSm90Kernel<HS>(pdq, pq, pds, T, C, NH, scale); });
+    return;
+  }
   Launch(dim3(B * NH, (T + KV::kBkv - 1) / KV::kBkv), KV::kThreads, KV::kSmemBytes, [=] {
     FlashBackwardKVSm90Kernel<HS>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2);
   });
@@ -221,15 +235,17 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
 }
 
 enum class Schedule { kLockstepLazyCopies, kGreedyEagerCopies, kGreedyLazyCopies };
-enum class Kernels { kMmaSync, kWgmma };
+enum class Kernels { kMmaSync, kWgmma, kWgmmaStoredDs };
 
 template <int HS>
 void Check(const Problem& pr, Schedule schedule, uint32_t seed,
            Kernels kernels = Kernels::kMmaSync) {
-  const bool sm90 = kernels == Kernels::kWgmma;
+  const bool sm90 = kernels != Kernels::kMmaSync;
+  const bool stored_ds = kernels == Kernels::kWgmmaStoredDs;
   SCOPED_TRACE(testing::Message() << "B=" << pr.B << " T=" << pr.T << " NH=" << pr.NH
                                   << " HS=" << HS << " schedule " << int(schedule)
-                                  << (sm90 ? " wgmma" : " mma.sync"));
+                                  << (sm90 ? " wgmma" : " mma.sync")
+                                  << (stored_ds ? " stored dS" : ""));
   emu::g_greedy = schedule != Schedule::kLockstepLazyCopies;
   emu::g_eager_copies = schedule == Schedule::kGreedyEagerCopies;
   emu::g_late_products = false;
@@ -261,7 +277,7 @@ void Check(const Problem& pr, Schedule schedule, uint32_t seed,
     SCOPED_TRACE(deterministic ? "deterministic" : "atomic dQ");
     std::vector<bf16> dqkv(qkv.size(), nan);
     if (sm90) {
-      RunBackwardSm90<HS>(pr, qkv_b, out, stats, dout_b, &dqkv);
+      RunBackwardSm90<HS>(pr, qkv_b, out, stats, dout_b, &dqkv, stored_ds);
     } else {
       RunBackward<HS>(pr, qkv_b, out, stats, dout_b, deterministic, &dqkv);
     }
@@ -322,6 +338,24 @@ TEST(AttentionEmulationTest, Head128Wgmma) {
   for (Schedule s : kAllSchedules) Check<128>({1, 150, 2, 128}, s, 15, Kernels::kWgmma);
   Check<128>({1, 64, 1, 128}, Schedule::kGreedyEagerCopies, 16, Kernels::kWgmma);
   Check<128>({2, 1, 1, 128}, Schedule::kGreedyLazyCopies, 17, Kernels::kWgmma);
+}
+
+// The stored-dS backward (AttentionDq::kStoredDs): T covers one row, one partial block, the
+// head-64 dK/dV kernel's half-diagonal first query tile, a dQ tile whose second warpgroup has no
+// rows (T <= 64 mod 128) and exact multiples; the poisoned dS buffer catches an unwritten block.
+TEST(AttentionEmulationTest, Head64WgmmaStoredDs) {
+  for (Schedule s : kAllSchedules) Check<64>({2, 37, 2, 64}, s, 31, Kernels::kWgmmaStoredDs);
+  Check<64>({1, 200, 1, 64}, Schedule::kGreedyLazyCopies, 32, Kernels::kWgmmaStoredDs);
+  Check<64>({1, 1, 1, 64}, Schedule::kGreedyEagerCopies, 33, Kernels::kWgmmaStoredDs);
+  Check<64>({1, 256, 1, 64}, Schedule::kLockstepLazyCopies, 34, Kernels::kWgmmaStoredDs);
+  Check<64>({1, 320, 1, 64}, Schedule::kGreedyEagerCopies, 35, Kernels::kWgmmaStoredDs);
+}
+
+TEST(AttentionEmulationTest, Head128WgmmaStoredDs) {
+  for (Schedule s : kAllSchedules) Check<128>({1, 150, 2, 128}, s, 36, Kernels::kWgmmaStoredDs);
+  Check<128>({1, 64, 1, 128}, Schedule::kGreedyEagerCopies, 37, Kernels::kWgmmaStoredDs);
+  Check<128>({2, 1, 1, 128}, Schedule::kGreedyLazyCopies, 38, Kernels::kWgmmaStoredDs);
+  Check<128>({1, 192, 1, 128}, Schedule::kLockstepLazyCopies, 39, Kernels::kWgmmaStoredDs);
 }
 
 // The wgmma forward with the FP8 cast of its output (the projection's input in FP8 training):

@@ -103,6 +103,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     }
     b->fp8_attention_cast_ = choice == "on";
   }
+  if (const char* v = std::getenv(common::kEnvAttentionDq); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice == "recompute") {
+      b->attention_dq_ = cuda::AttentionDq::kRecompute;
+    } else if (choice == "stored") {
+      b->attention_dq_ = cuda::AttentionDq::kStoredDs;
+    } else if (choice != "auto") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          common::kEnvAttentionDq, "=", choice, ": expected auto, recompute or stored"));
+    }
+  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;
@@ -615,7 +626,8 @@ void CudaBackend::AttentionBackward(void* dqkv, const void* dout, const void* qk
   if (!shape.ok()) return Fail(shape);
   Check(cuda::AttentionBackward(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                 static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), stats,
-                                B, T, C, NH, deterministic_, scratch_, stream_),
+                                B, T, C, NH, deterministic_, scratch_, stream_,
+                                cuda::AttentionKernel::kAuto, attention_dq_),
         "AttentionBackward");
 }
 

@@ -85,6 +85,9 @@ class CudaBackend final : public Backend {
                         int NH) override;
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* stats, int B, int T, int C, int NH) override;
+  // How the wgmma backward gets dQ (cuda::AttentionDq, ops.h); kAuto by default
+  // (cuda::AttentionDqDefault), common::kEnvAttentionDq in the environment. Applies to later ops.
+  void set_attention_dq(cuda::AttentionDq dq) { attention_dq_ = dq; }
   void ResidualForward(void* out, const void* a, const void* b, size_t n) override;
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
@@ -273,6 +276,7 @@ class CudaBackend final : public Backend {
   bool fused_gelu_grad_ = true;  // see set_fused_gelu_grad
   bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
+  cuda::AttentionDq attention_dq_ = cuda::AttentionDq::kAuto;  // see set_attention_dq
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
   Bf16Gemm bf16_gemm_ = Bf16Gemm::kAuto;  // see set_bf16_gemm

@@ -437,16 +437,27 @@ TEST_F(CudaOpsTest, AttentionKernelsMatchCpu) {
       outs.push_back(out.Gpu());
       EXPECT_LT(RelErr(outs.back(), want_out), 1e-2) << "attention out";
       EXPECT_LT(RelErr(stats.Gpu(), want_stats), 1e-3) << "attention stats";
-      for (bool deterministic : {false, true}) {
-        SCOPED_TRACE(deterministic ? "deterministic" : "atomic dQ");
+      // With wgmma also dQ from the stored dS (AttentionDq::kStoredDs), in both modes, and run
+      // twice: bit-identical.
+      std::vector<float> stored_first;
+      for (int run = 0; run < (is_wgmma ? 5 : 2); ++run) {
+        const bool deterministic = run % 2 == 1;
+        const AttentionDq dq = run >= 2 ? AttentionDq::kStoredDs : AttentionDq::kRecompute;
+        SCOPED_TRACE(testing::Message() << (deterministic ? "deterministic" : "atomic dQ")
+                                        << (run >= 2 ? ", dQ from stored dS" : ""));
         dqkv.Poison();
         ASSERT_EQ(cudaSuccess,
                   AttentionBackward(static_cast<bf16*>(dqkv.g), static_cast<const bf16*>(dout.g),
                                     static_cast<const bf16*>(qkv.g),
                                     static_cast<const bf16*>(ref_out.g), ref_stats.gf(), k.B, k.T,
-                                    C, k.NH, deterministic, scratch, gpu_->stream(), kernel));
+                                    C, k.NH, deterministic, scratch, gpu_->stream(), kernel, dq));
         ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
         const std::vector<float> got = dqkv.Gpu();
+        if (run == 2) stored_first = got;
+        if (run == 4) {
+          EXPECT_EQ(0, std::memcmp(got.data(), stored_first.data(), got.size() * sizeof(float)))
+              << "stored dS: two runs differ";
+        }
         // dQ, dK, dV each (one wrong part must not hide behind the others); at T = 1 dQ and dK
         // are exactly zero, so those parts are held to the whole gradient's scale.
         double all = 0;

@@ -185,16 +185,24 @@ cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B
 // otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
 // between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
 // picks as for the forward.
+// How the wgmma backward gets dQ (both ways deterministic, the same to BF16 rounding):
+// kRecompute, a second kernel recomputing S and dP per (query, key) tile; kStoredDs, the dK/dV
+// kernel also writes dS (BF16, the causal blocks: DsBufferBytes in attention_bwd_sm90.cuh, from
+// `scratch`) and the second kernel only multiplies it by K. kAuto: AttentionDqDefault().
+enum class AttentionDq { kAuto, kRecompute, kStoredDs };
+AttentionDq AttentionDqDefault();
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
                               Scratch& scratch, cudaStream_t s,
-                              AttentionKernel kernel = AttentionKernel::kAuto);
+                              AttentionKernel kernel = AttentionKernel::kAuto,
+                              AttentionDq dq = AttentionDq::kAuto);
 // attention_bwd_sm90.cu: the backward's dK/dV and dQ kernels on wgmma (both modes: the dQ
 // kernel is deterministic and faster than atomics there), given the preprocess arrays
-// (attention_bwd.cuh).
+// (attention_bwd.cuh); ds: the stored-dS buffer (DsBufferBytes) for AttentionDq::kStoredDs, or
+// null to recompute.
 cudaError_t AttentionBackwardSm90(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse2,
                                   const float* Dp, int B, int T, int Tp, int C, int NH,
-                                  cudaStream_t s);
+                                  cudaStream_t s, unsigned char* ds = nullptr);
 
 }  // namespace boulder::kernels::cuda
 
