@@ -26,9 +26,9 @@ cudaError_t Launch(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
   cudaError_t err;
   if (ds) {
     err = cudaFuncSetAttribute(FlashBackwardKVSm90Kernel<HS, true>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, KV::kSmemBytes);
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, KV::kSmemBytesStoreDs);
     if (err != cudaSuccess) return err;
-    FlashBackwardKVSm90Kernel<HS, true><<<kv_grid, KV::kThreads, KV::kSmemBytes, s>>>(
+    FlashBackwardKVSm90Kernel<HS, true><<<kv_grid, KV::kThreads, KV::kSmemBytesStoreDs, s>>>(
         dqkv, dout, qkv, lse2, Dp, T, Tp, C, NH, scale, scale_log2, ds);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     using D = Sm90DqCfg<HS>;

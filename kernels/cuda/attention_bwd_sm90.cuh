@@ -49,6 +49,9 @@ struct Sm90BwdCfg {
   static constexpr int kQBytes = HS / 64 * kBq * 128;    // Q or dO, one stage
   // K, V, Q[2], dO[2], lse2[2], D[2], and room to align the start to 1024 bytes.
   static constexpr int kSmemBytes = 2 * kKVBytes + 4 * kQBytes + 4 * kBq * 4 + 1024;
+  // With kStoreDs also the dSᵀ staging: [2 stages][2 warpgroups][kBq / 64 blocks of 8 KiB].
+  static constexpr int kDsStageBytes = 2 * (kBq / 64) * 64 * 64 * 2;
+  static constexpr int kSmemBytesStoreDs = kSmemBytes + 2 * kDsStageBytes;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(BOULDER_ATTENTION_EMULATION)
@@ -107,6 +110,9 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
   unsigned char* sdO = sQ + 2 * Cfg::kQBytes;                    // [2]
   float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kQBytes);  // [2][kBq]
   float* sD = sL + 2 * kBq;                                      // [2][kBq]
+  // kStoreDs: the dSᵀ staging, 1024-byte aligned (the swizzle's period; kSmemBytes - 1024 is a
+  // multiple of 1024).
+  unsigned char* sS = sK + (Cfg::kSmemBytes - 1024);
 
   const int kt = blockIdx.y;  // grid (B·NH, key tiles), as the mma.sync kernel
   const int h = blockIdx.x % NH, b = blockIdx.x / NH;
@@ -234,29 +240,50 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
       wgmma::FenceOperand(dv);
       wgmma::FenceOperand(dk);
       if constexpr (kStoreDs) {
-        // dSᵀ rows r = 16wq + g and r + 8 of key block kb, query blocks q0 / 64 + i: block j of
-        // 8 queries (chunk j % 8 of block j / 8) is da[j / 2][2 (j % 2)] (row r) and
-        // da[j / 2][2 (j % 2) + 1] (row r + 8); blocks above the diagonal or past T are not kept.
+        // dSᵀ rows r = 16wq + g and r + 8 of key block kb, query blocks q0 / 64 + i, into this
+        // stage's staging of the warpgroup (the stored layout, byte for byte: block j of 8
+        // queries is chunk j % 8 of block j / 8, da[j / 2][2 (j % 2)] in row r and
+        // da[j / 2][2 (j % 2) + 1] in row r + 8), then one thread copies each kept block
+        // (not above the diagonal, not past T) to the buffer with a bulk copy. Its group is
+        // committed below; the staging is rewritten two query tiles later, after the wait there.
         const int kb = kvw / 64, nb = (T + 63) / 64, r = 16 * wq + g;
+        unsigned char* stg = sS + stage * Cfg::kDsStageBytes + wg * (kBq / 64) * kDsBlockBytes;
+        uint32_t row = attn::SmemAddr(stg) + r * 128 + 4 * t4;
+        asm volatile("" : "+r"(row));  // made here, not kept live across the loop
 #pragma unroll
-        for (int i = 0; i < kBq / 64; ++i) {
-          const int qb = q0 / 64 + i;
-          if (qb >= kb && qb < nb) {
-            unsigned char* blk = ds + DsBlockOffset(blockIdx.x, T, qb, kb) + r * 128 + 4 * t4;
+        for (int j = 0; j < kBq / 8; ++j) {
+          const uint32_t at = row + (j / 8) * kDsBlockBytes + (((j % 8) ^ g) << 4);
+          attn::StoreShared32(at, da[j / 2][2 * (j % 2)]);
+          attn::StoreShared32(at + 8 * 128, da[j / 2][2 * (j % 2) + 1]);
+        }
+        wgmma::FenceProxyAsync();
+        attn::WarpgroupBarrier(wg);
+        if (threadIdx.x % 128 == 0) {
 #pragma unroll
-            for (int c = 0; c < 8; ++c) {
-              const int j = 8 * i + c;
-              *reinterpret_cast<uint32_t*>(blk + ((c ^ g) << 4)) = da[j / 2][2 * (j % 2)];
-              *reinterpret_cast<uint32_t*>(blk + 8 * 128 + ((c ^ g) << 4)) =
-                  da[j / 2][2 * (j % 2) + 1];
+          for (int i = 0; i < kBq / 64; ++i) {
+            const int qb = q0 / 64 + i;
+            if (qb >= kb && qb < nb) {
+              attn::BulkStore(ds + DsBlockOffset(blockIdx.x, T, qb, kb),
+                              attn::SmemAddr(stg + i * kDsBlockBytes), kDsBlockBytes);
             }
           }
         }
       }
     }
+    if constexpr (kStoreDs) {
+      // One group per query tile (empty where nothing was copied), so that after this wait the
+      // group two tiles back (the same staging) has read it.
+      if (threadIdx.x % 128 == 0) {
+        attn::BulkCommit();
+        attn::BulkWaitRead<1>();
+      }
+    }
     __syncthreads();  // every warpgroup is done with this stage before a refill
   }
   attn::CpAsyncWait<0>();
+  if constexpr (kStoreDs) {
+    if (threadIdx.x % 128 == 0) attn::BulkWaitAll();
+  }
 
   // The warpgroup's K and V rows (read by nothing any more) stage its dK and dV.
   const int kr = 64 * wg + 16 * wq + g;

@@ -216,7 +216,7 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
     // Poisoned: a block the dQ kernel reads and the dK/dV kernel did not write gives NaN.
     std::vector<unsigned char> ds(DsBufferBytes(B, NH, T), 0xff);
     unsigned char* pds = ds.data();
-    Launch(dim3(B * NH, (T + KV::kBkv - 1) / KV::kBkv), KV::kThreads, KV::kSmemBytes, [=] {
+    Launch(dim3(B * NH, (T + KV::kBkv - 1) / KV::kBkv), KV::kThreads, KV::kSmemBytesStoreDs, [=] {
       FlashBackwardKVSm90Kernel<HS, true>(pdq, pdo, pq, pL, pD, T, Tp, C, NH, scale, scale_log2,
                                           pds);
     });

@@ -102,6 +102,13 @@ struct BulkStore {
   int x, y;
   uint32_t src;
 };
+// A 1-D bulk copy shared -> global (the attention backward's stored dS), likewise done at the
+// wait that covers its group.
+struct BulkCopy {
+  void* dst;
+  uint32_t src, bytes;
+  std::vector<unsigned char> read;  // with g_eager_copies: the bytes, read at issue
+};
 
 struct Fiber {
   ucontext_t ctx;  // the entry context, used once
@@ -117,6 +124,8 @@ struct Fiber {
   std::deque<std::vector<WgOp>> wg_groups;
   std::vector<BulkStore> bulk_open;
   std::deque<std::vector<BulkStore>> bulk_groups;
+  std::vector<BulkCopy> copy_open;
+  std::deque<std::vector<BulkCopy>> copy_groups;
 };
 
 struct Rendezvous {
@@ -244,6 +253,8 @@ void RunBlock(int threads, const std::function<void()>& body) {
     f.wg_groups.clear();
     f.bulk_open.clear();
     f.bulk_groups.clear();
+    f.copy_open.clear();
+    f.copy_groups.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -276,6 +287,7 @@ void RunBlock(int threads, const std::function<void()>& body) {
       for (const Fiber& f : b.fibers) {
         if (!f.wg_open.empty() || !f.wg_groups.empty()) Die("a wgmma was never waited for");
         if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a TMA store was never waited for");
+        if (!f.copy_open.empty() || !f.copy_groups.empty()) Die("a bulk copy was never waited for");
       }
       for (const Rendezvous& r : b.named) {
         if (r.count != 0) Die("a named barrier was left with arrivals no thread waited for");
@@ -446,6 +458,42 @@ void CpAsyncWait() {
     f.groups.pop_front();
   }
 }
+
+// Bulk groups of 1-D copies (attention_common.cuh): a copy checks at issue that its source
+// bytes were fenced after their generic writes (StoreShared32 notes them), and reads them at
+// the wait that retires its group, so a staging overwritten before that wait shows; with
+// g_eager_copies it reads them at issue instead, so bytes not yet written then show.
+void StoreShared32(uint32_t addr, uint32_t v) {
+  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
+  std::memcpy(smem + addr, &v, 4);
+  emu::NoteGenericWrite(addr, 4);
+}
+void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
+  if (bytes % 16 != 0 || src % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0) {
+    Die("bulk copy: size and addresses must be multiples of 16");
+  }
+  if (src + bytes > emu::g_block.smem_bytes) Die("bulk copy: source outside shared memory");
+  for (uint32_t i = 0; i < bytes; ++i) emu::CheckAsyncProxyRead(src + i, "bulk copy");
+  emu::BulkCopy c{dst, src, bytes, {}};
+  if (emu::g_eager_copies) c.read.assign(smem + src, smem + src + bytes);
+  emu::Me().copy_open.push_back(std::move(c));
+}
+void BulkCommit() {
+  emu::Fiber& f = emu::Me();
+  f.copy_groups.push_back(std::move(f.copy_open));
+  f.copy_open.clear();
+}
+template <int N>
+void BulkWaitRead() {
+  emu::Fiber& f = emu::Me();
+  while (f.copy_groups.size() > size_t(N)) {
+    for (const emu::BulkCopy& c : f.copy_groups.front()) {
+      std::memcpy(c.dst, c.read.empty() ? smem + c.src : c.read.data(), c.bytes);
+    }
+    f.copy_groups.pop_front();
+  }
+}
+void BulkWaitAll() { BulkWaitRead<0>(); }
 
 uint16_t Bits(const __nv_bfloat16* p) {
   uint16_t u;
