@@ -206,7 +206,7 @@ void Run(const Shape& sh, int warmup, int iters) {
                 double(scratch.capacity()) / (1 << 20));
   }
   const double bwd_used = !wgmma                                        ? bwd[0][0]
-                          : AttentionDqDefault() == AttentionDq::kStoredDs ? bwd_stored
+                          : AttentionDqDefault(sh.HS) == AttentionDq::kStoredDs ? bwd_stored
                                                                           : bwd[1][1];
   std::printf("%-32s %-24s %9.3f %12.2f\n", shape, "fwd + bwd (as trained)", fwd + bwd_used,
               (fwd + bwd_used) * sh.layers);

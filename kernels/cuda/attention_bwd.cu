@@ -79,7 +79,7 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
   const bool wgmma = AttentionUsesWgmma(kernel);
   if (kernel == AttentionKernel::kWgmma && !wgmma) return cudaErrorNotSupported;
-  if (dq == AttentionDq::kAuto) dq = AttentionDqDefault();
+  if (dq == AttentionDq::kAuto) dq = AttentionDqDefault(hs);
   const bool stored = dq == AttentionDq::kStoredDs;
   if (hs == 64) {
     return Backward<64>(dqkv, dout, qkv, out, stats, B, T, C, NH, deterministic, wgmma, stored,
@@ -89,6 +89,11 @@ cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
                        scratch, s);
 }
 
-AttentionDq AttentionDqDefault() { return AttentionDq::kRecompute; }
+// Measured on an H100 (bench/attention-dq-2026-12-07.md, attention_bench per layer call):
+// hidden-2048's head size 128, stored 0.339 against 0.367 ms; GPT-2's 64, 0.371 against 0.326
+// (the head-64 dK/dV kernel with the staging spills 64 bytes at 255 registers).
+AttentionDq AttentionDqDefault(int head_size) {
+  return head_size == 128 ? AttentionDq::kStoredDs : AttentionDq::kRecompute;
+}
 
 }  // namespace boulder::kernels::cuda

@@ -86,7 +86,8 @@ class CudaBackend final : public Backend {
   void AttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* stats, int B, int T, int C, int NH) override;
   // How the wgmma backward gets dQ (cuda::AttentionDq, ops.h); kAuto by default
-  // (cuda::AttentionDqDefault), common::kEnvAttentionDq in the environment. Applies to later ops.
+  // (cuda::AttentionDqDefault: stored dS at head size 128), common::kEnvAttentionDq in the
+  // environment. Applies to later ops.
   void set_attention_dq(cuda::AttentionDq dq) { attention_dq_ = dq; }
   void ResidualForward(void* out, const void* a, const void* b, size_t n) override;
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,

@@ -188,9 +188,10 @@ cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B
 // How the wgmma backward gets dQ (both ways deterministic, the same to BF16 rounding):
 // kRecompute, a second kernel recomputing S and dP per (query, key) tile; kStoredDs, the dK/dV
 // kernel also writes dS (BF16, the causal blocks: DsBufferBytes in attention_bwd_sm90.cuh, from
-// `scratch`) and the second kernel only multiplies it by K. kAuto: AttentionDqDefault().
+// `scratch`) and the second kernel only multiplies it by K. kAuto: AttentionDqDefault(head
+// size), the measured faster one (kStoredDs at head size 128, kRecompute at 64).
 enum class AttentionDq { kAuto, kRecompute, kStoredDs };
-AttentionDq AttentionDqDefault();
+AttentionDq AttentionDqDefault(int head_size);
 cudaError_t AttentionBackward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out,
                               const float* stats, int B, int T, int C, int NH, bool deterministic,
                               Scratch& scratch, cudaStream_t s,
