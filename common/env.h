@@ -41,8 +41,8 @@ inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
 // How the Hopper attention backward gets dQ (kernels/cuda/ops.h, AttentionDq): "auto" (the
 // default: AttentionDqDefault, stored at head size 128, recompute at 64), "recompute" (a
 // second kernel recomputes S and dP) or "stored" (the dK/dV kernel stores dS, and the second
-// kernel multiplies it by K). For benchmarks; any
-// other value fails the CUDA backend's creation.
+// kernel multiplies it by K). For benchmarks; any other value fails the CUDA backend's
+// creation.
 inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"

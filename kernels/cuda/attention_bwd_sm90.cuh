@@ -528,7 +528,8 @@ __global__ void __launch_bounds__(Sm90DqCfg<HS>::kThreads, HS == 64 ? 3 : 2)
   }
   attn::CpAsyncWait<0>();  // (every load was consumed; nothing is in flight)
 
-  // Stage 0 (every warpgroup is past its last product: the loop's final barrier) stages the 128 × HS dQ tile, warpgroup w its rows [64w, 64w + 64).
+  // Stage 0 (every warpgroup is past its last product: the loop's final barrier) stages the
+  // 128 × HS dQ tile, warpgroup w its rows [64w, 64w + 64).
   attn::StageAccumulators<Cfg::kBq, HS>(base, 64 * wg + 16 * wq + g, dq, scale, scale);
   attn::WarpgroupBarrier(wg);
   attn::StoreWarpgroupRows<Cfg::kBq, HS>(dqkv + size_t(b) * T * stride + h * HS, stride,
