@@ -169,18 +169,17 @@ absl::StatusOr<void*> CudaBackend::Alloc(size_t bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cudaMalloc of ", bytes, " bytes failed on ", device_name_, ": ",
                      cudaGetErrorString(err), " (", free_b, " of ", total_b, " bytes free, ",
-                     allocated_, " allocated by this trainer)"));
+                     memory_.live, " allocated by this trainer)"));
   }
   allocations_[p] = bytes;
-  allocated_ += bytes;
-  if (allocated_ > peak_) peak_ = allocated_;
+  memory_.Add(static_cast<int64_t>(bytes));
   return p;
 }
 
 void CudaBackend::Free(void* ptr) {
   auto it = allocations_.find(ptr);
   if (it == allocations_.end()) return;
-  allocated_ -= it->second;
+  memory_.Sub(static_cast<int64_t>(it->second));
   allocations_.erase(it);
   Check(cudaFree(ptr), "cudaFree");
 }
@@ -256,10 +255,15 @@ absl::StatusOr<uint64_t> CudaBackend::Checksum(const void* data, size_t bytes) {
 
 MemoryStats CudaBackend::GetMemoryStats() const {
   MemoryStats m;
-  m.allocated_bytes = allocated_;
-  m.peak_bytes = peak_;
-  m.reserved_bytes = allocated_ + static_cast<int64_t>(scratch_.capacity()) +
-                     static_cast<int64_t>(LtMatmul::kWorkspaceBytes);
+  // Everything this backend holds on the device counts as allocated, as PyTorch's caching
+  // allocator counts its temporaries and cuBLAS workspaces: Alloc's buffers, the kernels'
+  // scratch (memory_ counts both) and cuBLASLt's two workspaces, held for the backend's life.
+  // Nothing is pooled, so reserved equals allocated.
+  const int64_t workspaces =
+      LtMatmul::kWorkspaces * static_cast<int64_t>(LtMatmul::kWorkspaceBytes);
+  m.allocated_bytes = memory_.live + workspaces;
+  m.peak_bytes = memory_.peak + workspaces;
+  m.reserved_bytes = m.allocated_bytes;
   m.device_total_bytes = device_total_;
   return m;
 }
@@ -771,14 +775,17 @@ std::string CudaBackend::ProfileReport() {
 Scratch::~Scratch() {
   if (ptr_) cudaFree(ptr_);
   for (void* p : retired_) cudaFree(p);
+  Count(-static_cast<int64_t>(bytes_ + retired_bytes_));
 }
 
 void* Scratch::Get(size_t bytes) {
   if (bytes <= bytes_) return ptr_;
   if (ptr_ && keep_retired_) {
     retired_.push_back(ptr_);
+    retired_bytes_ += bytes_;
   } else if (ptr_) {
     cudaFree(ptr_);
+    Count(-static_cast<int64_t>(bytes_));
   }
   ptr_ = nullptr;
   bytes_ = 0;
@@ -789,6 +796,7 @@ void* Scratch::Get(size_t bytes) {
     return nullptr;
   }
   bytes_ = bytes;
+  Count(static_cast<int64_t>(bytes));
   return ptr_;
 }
 

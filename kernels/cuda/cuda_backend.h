@@ -264,8 +264,9 @@ class CudaBackend final : public Backend {
   bool concurrent_wgrad_ = true;                      // see set_concurrent_weight_gradient
   absl::flat_hash_set<std::tuple<int, int, int, bool>> wgrad_seen_;  // (N, C, OC, gelu)
   std::unique_ptr<LtMatmul> matmul_;
-  Scratch scratch_;
-  Scratch bgrad_;  // a GEMM epilogue's bias gradient on its way into the parameter's
+  DeviceBytes memory_;  // Alloc's buffers and the two Scratch below (declared before them)
+  Scratch scratch_{&memory_};
+  Scratch bgrad_{&memory_};  // a GEMM epilogue's bias gradient on its way into the parameter's
   // Off by default: on the H200 (fusion_bench, 2026-12-02) the DGELU_BGRAD GEMM took 0.566 ms
   // against 0.344 ms for the GEMM + dGELU + column sum on GPT-2's shape (1.65x slower), and
   // BGRADB was 2-4% slower than GEMM + column sum.
@@ -285,7 +286,6 @@ class CudaBackend final : public Backend {
   Fp8GemmTile fp8_gemm_tile_ = Fp8GemmTile::kAuto;
   absl::Status sticky_;
   absl::flat_hash_map<void*, size_t> allocations_;
-  int64_t allocated_ = 0, peak_ = 0;
   int64_t device_total_ = 0;
   bool deterministic_ = false;
   bool profiling_ = false;

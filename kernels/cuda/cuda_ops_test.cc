@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/matmul.h"
 #include "kernels/cuda/ops.h"
 
 namespace boulder::kernels::cuda {
@@ -149,6 +150,54 @@ TEST_F(CudaOpsTest, ChecksumMatchesTheHost) {
     EXPECT_EQ(*got, ChecksumHost(host.data() + 1, bytes)) << bytes << " bytes, unaligned";
     gpu_->Free(*d);
   }
+}
+
+// A Scratch counts what it holds into its DeviceBytes: a grown buffer replaces the old one
+// (freed first, so the peak is the larger), retired buffers stay counted until destruction.
+TEST_F(CudaOpsTest, ScratchCountsItsBytes) {
+  DeviceBytes count;
+  {
+    Scratch s(&count);
+    ASSERT_NE(s.Get(1000), nullptr);
+    EXPECT_EQ(count.live, 1000);
+    ASSERT_NE(s.Get(500), nullptr);
+    EXPECT_EQ(count.live, 1000);
+    ASSERT_NE(s.Get(3000), nullptr);
+    EXPECT_EQ(count.live, 3000);
+    EXPECT_EQ(count.peak, 3000);
+    s.keep_retired();
+    ASSERT_NE(s.Get(5000), nullptr);
+    EXPECT_EQ(count.live, 8000);
+    EXPECT_EQ(count.peak, 8000);
+  }
+  EXPECT_EQ(count.live, 0);
+  EXPECT_EQ(count.peak, 8000);
+}
+
+// The backend's memory report counts its Alloc buffers, the kernels' scratch and cuBLASLt's
+// workspaces as allocated (PyTorch's max_memory_allocated counts its temporaries too).
+TEST_F(CudaOpsTest, MemoryStatsCountScratchAndWorkspaces) {
+  auto b = CudaBackend::Create(0);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int64_t workspaces =
+      LtMatmul::kWorkspaces * static_cast<int64_t>(LtMatmul::kWorkspaceBytes);
+  const MemoryStats empty = (*b)->GetMemoryStats();
+  EXPECT_EQ(empty.allocated_bytes, workspaces);
+  EXPECT_EQ(empty.peak_bytes, workspaces);
+  absl::StatusOr<void*> d = (*b)->Alloc(1 << 20);
+  ASSERT_TRUE(d.ok()) << d.status();
+  (*b)->Memset0(*d, 1 << 20);
+  EXPECT_EQ((*b)->GetMemoryStats().allocated_bytes, workspaces + (1 << 20));
+  // The checksum's one 8-byte sum is the backend's first scratch.
+  ASSERT_TRUE((*b)->Checksum(*d, 1 << 20).ok());
+  MemoryStats m = (*b)->GetMemoryStats();
+  EXPECT_EQ(m.allocated_bytes, workspaces + (1 << 20) + 8);
+  EXPECT_EQ(m.peak_bytes, m.allocated_bytes);
+  EXPECT_EQ(m.reserved_bytes, m.allocated_bytes);
+  (*b)->Free(*d);
+  m = (*b)->GetMemoryStats();
+  EXPECT_EQ(m.allocated_bytes, workspaces + 8);
+  EXPECT_EQ(m.peak_bytes, workspaces + (1 << 20) + 8);
 }
 
 // Token runs (positions sharing a token, summed by one block) of about 13 rows, of hundreds

@@ -63,7 +63,7 @@ GemmShape Fp8TnShape(int M, int N, int K, bool a_e4m3, bool b_e4m3);
 class LtMatmul {
  public:
   static constexpr size_t kWorkspaceBytes = 32 << 20;
-  static constexpr int kMainWorkspace = 0, kSideWorkspace = 1;
+  static constexpr int kMainWorkspace = 0, kSideWorkspace = 1, kWorkspaces = 2;
   static absl::StatusOr<std::unique_ptr<LtMatmul>> Create();
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
@@ -132,7 +132,7 @@ class LtMatmul {
   static std::string Describe(const GemmShape& s);
 
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_[2] = {nullptr, nullptr};  // kMainWorkspace, kSideWorkspace
+  void* workspace_[kWorkspaces] = {nullptr, nullptr};  // kMainWorkspace, kSideWorkspace
   absl::flat_hash_map<GemmShape, std::unique_ptr<Plan>> plans_;
   bool autotune_ = true;
   int retuned_ = 0;

@@ -5,7 +5,8 @@
 // Scratch: launchers that need temporary device memory take it from a Scratch the caller
 // owns; it grows before first use, so a step's second run (and a CUDA-graph capture of it)
 // allocates nothing. Once a graph has recorded its address (keep_retired), growing keeps the
-// old buffer alive until the Scratch is destroyed.
+// old buffer alive until the Scratch is destroyed. A Scratch given a DeviceBytes adds what it
+// holds (the current buffer and any retired ones) to it, so a backend's memory report counts it.
 #ifndef BOULDER_KERNELS_CUDA_OPS_H_
 #define BOULDER_KERNELS_CUDA_OPS_H_
 
@@ -20,10 +21,21 @@ namespace boulder::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// Device bytes held now and their high-water mark. Not thread-safe.
+struct DeviceBytes {
+  int64_t live = 0;
+  int64_t peak = 0;
+  void Add(int64_t n) {
+    live += n;
+    if (live > peak) peak = live;
+  }
+  void Sub(int64_t n) { live -= n; }
+};
+
 // A growable device buffer for temporaries. Not thread-safe.
 class Scratch {
  public:
-  Scratch() = default;
+  explicit Scratch(DeviceBytes* count = nullptr) : count_(count) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch();
@@ -36,8 +48,14 @@ class Scratch {
   void keep_retired() { keep_retired_ = true; }
 
  private:
+  void Count(int64_t n) {
+    if (count_ != nullptr) n >= 0 ? count_->Add(n) : count_->Sub(-n);
+  }
+
+  DeviceBytes* count_;
   bool keep_retired_ = false;
   std::vector<void*> retired_;
+  size_t retired_bytes_ = 0;
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   cudaError_t err_ = cudaSuccess;
