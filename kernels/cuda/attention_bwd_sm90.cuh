@@ -253,8 +253,8 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < kBq / 8; ++j) {
           const uint32_t at = row + (j / 8) * kDsBlockBytes + (((j % 8) ^ g) << 4);
-          attn::StoreShared32(at, da[j / 2][2 * (j % 2)]);
-          attn::StoreShared32(at + 8 * 128, da[j / 2][2 * (j % 2) + 1]);
+          wgmma::StoreShared32(at, da[j / 2][2 * (j % 2)]);
+          wgmma::StoreShared32(at + 8 * 128, da[j / 2][2 * (j % 2) + 1]);
         }
         wgmma::FenceProxyAsync();
         attn::WarpgroupBarrier(wg);
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
           for (int i = 0; i < kBq / 64; ++i) {
             const int qb = q0 / 64 + i;
             if (qb >= kb && qb < nb) {
-              attn::BulkStore(ds + DsBlockOffset(blockIdx.x, T, qb, kb),
+              wgmma::BulkStore(ds + DsBlockOffset(blockIdx.x, T, qb, kb),
                               attn::SmemAddr(stg + i * kDsBlockBytes), kDsBlockBytes);
             }
           }
@@ -274,15 +274,15 @@ __global__ void __launch_bounds__(Sm90BwdCfg<HS>::kThreads, 1)
       // One group per query tile (empty where nothing was copied), so that after this wait the
       // group two tiles back (the same staging) has read it.
       if (threadIdx.x % 128 == 0) {
-        attn::BulkCommit();
-        attn::BulkWaitRead<1>();
+        wgmma::BulkCommit();
+        wgmma::BulkWaitRead<1>();
       }
     }
     __syncthreads();  // every warpgroup is done with this stage before a refill
   }
   attn::CpAsyncWait<0>();
   if constexpr (kStoreDs) {
-    if (threadIdx.x % 128 == 0) attn::BulkWaitAll();
+    if (threadIdx.x % 128 == 0) wgmma::BulkWaitAll();
   }
 
   // The warpgroup's K and V rows (read by nothing any more) stage its dK and dV.

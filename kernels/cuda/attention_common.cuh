@@ -89,30 +89,6 @@ template <int kId, int kThreads>
 __device__ __forceinline__ void NamedBarrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
-// 32 bits into shared memory at address addr (a write of the generic proxy: fence it before
-// the async proxy reads it).
-__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-// `bytes` (a multiple of 16) from shared memory at src to global dst, both 16-byte aligned,
-// asynchronously (a 1-D bulk copy); it joins this thread's open bulk group.
-__device__ __forceinline__ void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Until at most N of this thread's committed bulk groups still read their shared memory.
-template <int N>
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// Until every one of this thread's committed bulk groups is done.
-__device__ __forceinline__ void BulkWaitAll() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
 #endif  // BOULDER_ATTENTION_EMULATION
 
 // The A fragment of the 16 × 16 block at p of a row-major [m][k] matrix (leading dim ld).

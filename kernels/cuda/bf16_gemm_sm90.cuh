@@ -56,7 +56,7 @@ __device__ __forceinline__ void StageGeluBf16(const uint32_t (&pre)[kCols / 4], 
                                                      GeluTanh(__uint_as_float(w & 0xffff0000u)));
       const int r = w4 * 16 + g + 8 * h;  // r % 8 == g
       const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
-      fp8gemm::StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+      wgmma::StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
     }
   }
 }
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   // The staging must stay until the last stores have read it.
-  if (tid % 128 == 0) fp8gemm::BulkWaitAll();
+  if (tid % 128 == 0) wgmma::BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }
 
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           });
     }
   }
-  if (tid % 128 == 0) fp8gemm::BulkWaitAll();
+  if (tid % 128 == 0) wgmma::BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }
 

@@ -95,20 +95,10 @@ struct WgOp {
 };
 constexpr int kFp8 = 1, kAE4M3 = 2, kBE4M3 = 4;
 
-// A TMA store recorded at issue and done when the issuing thread waits for its bulk group
-// (cp.async.bulk.wait_group), so overwriting the staging before that wait shows in the output.
-struct BulkStore {
-  const void* map;
-  int x, y;
-  uint32_t src;
-};
-// A 1-D bulk copy shared -> global (the attention backward's stored dS), likewise done at the
-// wait that covers its group.
-struct BulkCopy {
-  void* dst;
-  uint32_t src, bytes;
-  std::vector<unsigned char> read;  // with g_eager_copies: the bytes, read at issue
-};
+// A bulk-group operation (a TMA store, a 1-D bulk copy): checked and recorded at issue, done
+// when the issuing thread's wait retires its group (cp.async.bulk.wait_group), so overwriting
+// the staging before that wait shows in the output.
+using BulkOp = std::function<void()>;
 
 struct Fiber {
   ucontext_t ctx;  // the entry context, used once
@@ -122,10 +112,8 @@ struct Fiber {
   std::deque<std::vector<Copy>> groups;
   std::vector<WgOp> wg_open;
   std::deque<std::vector<WgOp>> wg_groups;
-  std::vector<BulkStore> bulk_open;
-  std::deque<std::vector<BulkStore>> bulk_groups;
-  std::vector<BulkCopy> copy_open;
-  std::deque<std::vector<BulkCopy>> copy_groups;
+  std::vector<BulkOp> bulk_open;  // both kinds in one group list, as on the GPU
+  std::deque<std::vector<BulkOp>> bulk_groups;
 };
 
 struct Rendezvous {
@@ -253,8 +241,6 @@ void RunBlock(int threads, const std::function<void()>& body) {
     f.wg_groups.clear();
     f.bulk_open.clear();
     f.bulk_groups.clear();
-    f.copy_open.clear();
-    f.copy_groups.clear();
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack.get();
     f.ctx.uc_stack.ss_size = kStackBytes;
@@ -286,8 +272,9 @@ void RunBlock(int threads, const std::function<void()>& body) {
     if (!alive) {
       for (const Fiber& f : b.fibers) {
         if (!f.wg_open.empty() || !f.wg_groups.empty()) Die("a wgmma was never waited for");
-        if (!f.bulk_open.empty() || !f.bulk_groups.empty()) Die("a TMA store was never waited for");
-        if (!f.copy_open.empty() || !f.copy_groups.empty()) Die("a bulk copy was never waited for");
+        if (!f.bulk_open.empty() || !f.bulk_groups.empty()) {
+          Die("a TMA store or bulk copy was never waited for");
+        }
       }
       for (const Rendezvous& r : b.named) {
         if (r.count != 0) Die("a named barrier was left with arrivals no thread waited for");
@@ -459,42 +446,6 @@ void CpAsyncWait() {
   }
 }
 
-// Bulk groups of 1-D copies (attention_common.cuh): a copy checks at issue that its source
-// bytes were fenced after their generic writes (StoreShared32 notes them), and reads them at
-// the wait that retires its group, so a staging overwritten before that wait shows; with
-// g_eager_copies it reads them at issue instead, so bytes not yet written then show.
-void StoreShared32(uint32_t addr, uint32_t v) {
-  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
-  std::memcpy(smem + addr, &v, 4);
-  emu::NoteGenericWrite(addr, 4);
-}
-void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
-  if (bytes % 16 != 0 || src % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0) {
-    Die("bulk copy: size and addresses must be multiples of 16");
-  }
-  if (src + bytes > emu::g_block.smem_bytes) Die("bulk copy: source outside shared memory");
-  for (uint32_t i = 0; i < bytes; ++i) emu::CheckAsyncProxyRead(src + i, "bulk copy");
-  emu::BulkCopy c{dst, src, bytes, {}};
-  if (emu::g_eager_copies) c.read.assign(smem + src, smem + src + bytes);
-  emu::Me().copy_open.push_back(std::move(c));
-}
-void BulkCommit() {
-  emu::Fiber& f = emu::Me();
-  f.copy_groups.push_back(std::move(f.copy_open));
-  f.copy_open.clear();
-}
-template <int N>
-void BulkWaitRead() {
-  emu::Fiber& f = emu::Me();
-  while (f.copy_groups.size() > size_t(N)) {
-    for (const emu::BulkCopy& c : f.copy_groups.front()) {
-      std::memcpy(c.dst, c.read.empty() ? smem + c.src : c.read.data(), c.bytes);
-    }
-    f.copy_groups.pop_front();
-  }
-}
-void BulkWaitAll() { BulkWaitRead<0>(); }
-
 uint16_t Bits(const __nv_bfloat16* p) {
   uint16_t u;
   std::memcpy(&u, p, 2);
@@ -579,6 +530,57 @@ void NamedBarrier() {
 namespace boulder::kernels::cuda::wgmma {
 
 using emu::Die;
+
+// Shared memory by address (wgmma.cuh): each write is noted as the generic proxy's, so an
+// async-proxy read (wgmma, TMA store, bulk copy) of it without a fence in between dies.
+void StoreShared32(uint32_t addr, uint32_t v) {
+  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
+  std::memcpy(attn::smem + addr, &v, 4);
+  emu::NoteGenericWrite(addr, 4);
+}
+void StoreShared16(uint32_t addr, uint16_t v) {
+  if (addr % 2 != 0 || addr + 2 > emu::g_block.smem_bytes) Die("st.shared.b16 out of bounds");
+  std::memcpy(attn::smem + addr, &v, 2);
+  emu::NoteGenericWrite(addr, 2);
+}
+uint32_t LoadShared32(uint32_t addr) {
+  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("ld.shared.b32 out of bounds");
+  uint32_t v;
+  std::memcpy(&v, attn::smem + addr, 4);
+  return v;
+}
+
+// Bulk groups (wgmma.cuh): one list per thread for TMA stores (emulated_gpu_tma.h) and 1-D
+// copies. A 1-D copy checks at issue that its source bytes were fenced after their generic
+// writes and reads them at the wait that retires its group, so a staging overwritten before
+// that wait shows; with g_eager_copies it reads them at issue instead, so bytes not yet
+// written then show.
+void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
+  if (bytes % 16 != 0 || src % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0) {
+    Die("bulk copy: size and addresses must be multiples of 16");
+  }
+  if (src + bytes > emu::g_block.smem_bytes) Die("bulk copy: source outside shared memory");
+  for (uint32_t i = 0; i < bytes; ++i) emu::CheckAsyncProxyRead(src + i, "bulk copy");
+  std::vector<unsigned char> read;
+  if (emu::g_eager_copies) read.assign(attn::smem + src, attn::smem + src + bytes);
+  emu::Me().bulk_open.push_back([dst, src, bytes, read = std::move(read)] {
+    std::memcpy(dst, read.empty() ? attn::smem + src : read.data(), bytes);
+  });
+}
+void BulkCommit() {
+  emu::Fiber& f = emu::Me();
+  f.bulk_groups.push_back(std::move(f.bulk_open));
+  f.bulk_open.clear();
+}
+template <int N>
+void BulkWaitRead() {
+  emu::Fiber& f = emu::Me();
+  while (f.bulk_groups.size() > size_t(N)) {
+    for (const emu::BulkOp& op : f.bulk_groups.front()) op();
+    f.bulk_groups.pop_front();
+  }
+}
+void BulkWaitAll() { BulkWaitRead<0>(); }
 
 // Element (r, k) of a wgmma operand (r: row of A or column of B; k < 16: the contracted index)
 // through its descriptor: K-major, rows 128 bytes apart in 8-row groups SBO apart; MN-major, k

@@ -75,22 +75,6 @@ void MaybeComplete(Mbar& m) {
 uint32_t SharedBase() { return attn::SmemAddr(attn::smem); }
 void FenceMbarrierInit() {}
 void PrefetchTensorMap(const CUtensorMap*) {}
-void StoreShared32(uint32_t addr, uint32_t v) {
-  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("st.shared.b32 out of bounds");
-  std::memcpy(attn::smem + addr, &v, 4);
-  emu::NoteGenericWrite(addr, 4);
-}
-void StoreShared16(uint32_t addr, uint16_t v) {
-  if (addr % 2 != 0 || addr + 2 > emu::g_block.smem_bytes) Die("st.shared.b16 out of bounds");
-  std::memcpy(attn::smem + addr, &v, 2);
-  emu::NoteGenericWrite(addr, 2);
-}
-uint32_t LoadShared32(uint32_t addr) {
-  if (addr % 4 != 0 || addr + 4 > emu::g_block.smem_bytes) Die("ld.shared.b32 out of bounds");
-  uint32_t v;
-  std::memcpy(&v, attn::smem + addr, 4);
-  return v;
-}
 void MbarInit(uint32_t bar, int count) {
   if (bar % 8 != 0 || bar + 8 > emu::g_block.smem_bytes) Die("mbarrier outside shared memory");
   Mbar m;
@@ -154,32 +138,18 @@ void TmaStore(const CUtensorMap* map, int x, int y, uint32_t src) {
   for (uint64_t r = 0; r < m.box_rows; ++r) {
     for (int c = 0; c < 128; ++c) emu::CheckAsyncProxyRead(BoxByte(src, int(r), c), "TMA store");
   }
-  emu::Me().bulk_open.push_back({map, x, y, src});
-}
-void BulkCommit() {
-  emu::Fiber& f = emu::Me();
-  f.bulk_groups.push_back(std::move(f.bulk_open));
-  f.bulk_open.clear();
-}
-void BulkWaitAll() {
-  emu::Fiber& f = emu::Me();
-  for (const auto& group : f.bulk_groups) {
-    for (const emu::BulkStore& st : group) {
-      const EmulatedMap m = MapOf(static_cast<const CUtensorMap*>(st.map));
-      if (uint64_t(st.x) + m.box_cols > m.cols || uint64_t(st.y) + m.box_rows > m.rows) {
-        Die("TMA store: box outside the tensor (not emulated)");
-      }
-      auto* out = const_cast<unsigned char*>(m.ptr);
-      for (uint64_t r = 0; r < m.box_rows; ++r) {
-        for (int c = 0; c < 128; ++c) {
-          out[(st.y + r) * m.stride + st.x * m.elem + c] = attn::smem[BoxByte(st.src, int(r), c)];
-        }
+  emu::Me().bulk_open.push_back([m, x, y, src] {
+    if (uint64_t(x) + m.box_cols > m.cols || uint64_t(y) + m.box_rows > m.rows) {
+      Die("TMA store: box outside the tensor (not emulated)");
+    }
+    auto* out = const_cast<unsigned char*>(m.ptr);
+    for (uint64_t r = 0; r < m.box_rows; ++r) {
+      for (int c = 0; c < 128; ++c) {
+        out[(y + r) * m.stride + x * m.elem + c] = attn::smem[BoxByte(src, int(r), c)];
       }
     }
-  }
-  f.bulk_groups.clear();
+  });
 }
-void BulkWaitRead() { BulkWaitAll(); }
 void NamedBarrier(int id, int threads) { emu::NamedSync(id, threads); }
 void NamedArrive(int id, int threads) { emu::NamedArrive(id, threads); }
 template <bool kAE4, bool kBE4, int R>

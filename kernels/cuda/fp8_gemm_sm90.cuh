@@ -78,28 +78,6 @@ __device__ __forceinline__ void FenceMbarrierInit() {
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
-__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void StoreShared16(uint32_t addr, uint16_t v) {
-  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void BulkCommit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-// Until this thread's committed TMA stores have read their shared memory.
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-// Until this thread's committed TMA stores are done.
-__device__ __forceinline__ void BulkWaitAll() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
 __device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -287,7 +265,7 @@ __device__ __forceinline__ void StageBand(const float (&acc)[kCols / 2], uint32_
       const int r = w4 * 16 + g + 8 * h;  // r % 8 == g
       const __nv_bfloat162 v = BandPair(acc, j, h, b2, alpha);
       const uint32_t addr = stage + (j / 8) * 8192 + r * 128 + (((j % 8) ^ g) << 4) + 4 * q;
-      StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
+      wgmma::StoreShared32(addr, *reinterpret_cast<const uint32_t*>(&v));
       if (keep != nullptr) keep[2 * j + h] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
@@ -315,7 +293,7 @@ __device__ __forceinline__ void StageGeluCodes(const uint32_t (&pre)[kCols / 4],
       const int r = w4 * 16 + g + 8 * h;  // r % 8 == g; bytes 8j + 2q, + 1 of the row
       const uint32_t addr =
           stage + (j / 16) * 8192 + r * 128 + ((((j % 16) / 2) ^ g) << 4) + 8 * (j % 2) + 2 * q;
-      StoreShared16(addr, static_cast<uint16_t>(c));
+      wgmma::StoreShared16(addr, static_cast<uint16_t>(c));
     }
   }
 }
@@ -333,7 +311,7 @@ __device__ __forceinline__ void StoreCodes(const CUtensorMap* map, uint32_t stag
 // the tensor's amax and counters at the end (as FlushWarpCastStats: where non-zero).
 __device__ __forceinline__ void ClearSlot(uint32_t slot, int lane) {
   if (lane == 0) {
-    for (int k = 0; k < 4; ++k) StoreShared32(slot + 4 * k, 0);
+    for (int k = 0; k < 4; ++k) wgmma::StoreShared32(slot + 4 * k, 0);
   }
 }
 __device__ __forceinline__ void AddToSlot(CastStats st, uint32_t slot, int lane) {
@@ -342,19 +320,19 @@ __device__ __forceinline__ void AddToSlot(CastStats st, uint32_t slot, int lane)
   st.underflow = __reduce_add_sync(0xffffffffu, st.underflow);
   st.non_finite = __reduce_add_sync(0xffffffffu, st.non_finite);
   if (lane == 0) {
-    StoreShared32(slot, max(LoadShared32(slot), st.amax));
-    StoreShared32(slot + 4, LoadShared32(slot + 4) + st.saturated);
-    StoreShared32(slot + 8, LoadShared32(slot + 8) + st.underflow);
-    StoreShared32(slot + 12, LoadShared32(slot + 12) + st.non_finite);
+    wgmma::StoreShared32(slot, max(wgmma::LoadShared32(slot), st.amax));
+    wgmma::StoreShared32(slot + 4, wgmma::LoadShared32(slot + 4) + st.saturated);
+    wgmma::StoreShared32(slot + 8, wgmma::LoadShared32(slot + 8) + st.underflow);
+    wgmma::StoreShared32(slot + 12, wgmma::LoadShared32(slot + 12) + st.non_finite);
   }
 }
 __device__ __forceinline__ void FlushSlot(uint32_t slot, float* amax, unsigned long long* counts,
                                           int lane) {
   if (lane == 0) {
-    const unsigned int m = LoadShared32(slot);
+    const unsigned int m = wgmma::LoadShared32(slot);
     if (m) atomicMax(reinterpret_cast<unsigned int*>(amax), m);
     for (int k = 0; k < 3; ++k) {
-      const unsigned int n = LoadShared32(slot + 4 + 4 * k);
+      const unsigned int n = wgmma::LoadShared32(slot + 4 + 4 * k);
       if (n) atomicAdd(&counts[k], static_cast<unsigned long long>(n));
     }
   }
@@ -385,14 +363,14 @@ __device__ __forceinline__ void AccumulateBand(const float (&acc)[kCols / 2], bf
 // TMA stores (store()), which run while the warpgroup goes on.
 template <class Fill, class Store>
 __device__ __forceinline__ void StagedEpilogue(int wg, bool issuer, Fill fill, Store store) {
-  if (issuer) BulkWaitRead();
+  if (issuer) wgmma::BulkWaitRead<0>();
   NamedBarrier(1 + wg, 128);
   fill();
   wgmma::FenceProxyAsync();
   NamedBarrier(1 + wg, 128);
   if (issuer) {
     store();
-    BulkCommit();
+    wgmma::BulkCommit();
   }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
@@ -507,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if constexpr (kGelu) FlushSlot(slot, gelu.amax, gelu.counts, lane);
   // The staging must stay until the last stores have read it.
-  if (tid % 128 == 0) BulkWaitAll();
+  if (tid % 128 == 0) wgmma::BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }
 
@@ -641,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if constexpr (kGelu) FlushSlot(slot, gelu.amax, gelu.counts, lane);
-  if (tid % 128 == 0) BulkWaitAll();
+  if (tid % 128 == 0) wgmma::BulkWaitAll();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL || BOULDER_ATTENTION_EMULATION
 }
 

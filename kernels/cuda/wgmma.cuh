@@ -112,6 +112,44 @@ __device__ __forceinline__ void FenceOperand(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// Shared memory by its shared-space address. Writes are the generic proxy's: fence them
+// (FenceProxyAsync) before a wgmma, TMA store or bulk copy reads them.
+__device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void StoreShared16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+// Bulk groups: a thread's TMA tensor stores (fp8gemm::TmaStore) and 1-D bulk copies
+// (BulkStore) join its one open bulk group; BulkCommit closes it, and the waits count the
+// committed groups of both kinds together.
+//
+// `bytes` (a multiple of 16) from shared memory at src to global dst, both 16-byte aligned,
+// asynchronously (a 1-D bulk copy).
+__device__ __forceinline__ void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Until at most N of this thread's committed bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Until every one of this thread's committed bulk groups is done.
+__device__ __forceinline__ void BulkWaitAll() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 // d[0..32) = A·B (scale_d 0) or d + A·B (scale_d 1): wgmma m64n64k16, A and B from
 // shared memory (descriptors), BF16 products accumulated in FP32; kTransA / kTransB 1: A / B is
 // MN-major.
