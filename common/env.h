@@ -45,6 +45,12 @@ inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
 // creation.
 inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 
+// Whether a training step's first backward writes the weight gradients with '=' instead of the
+// step zeroing them first and the GEMMs adding to them (ModelOptions::
+// overwrite_first_weight_gradients): "on" (the default; the same values, less memory traffic)
+// or "off". For benchmarks; any other value fails the job at start.
+inline constexpr char kEnvWeightGradOverwrite[] = "BOULDER_WEIGHT_GRAD_OVERWRITE";
+
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"
 // when unset, so multicast stays off unless an operator turns it on explicitly.
 inline constexpr char kEnvNcclNvlsEnable[] = "NCCL_NVLS_ENABLE";

@@ -92,6 +92,10 @@ void Backend::ResidualLayerNormForward(void* residual, void* out, float* mean, f
   LayerNormForward(out, mean, rstd, residual, weight, bias, N, C);
 }
 
+void Backend::Memset0Ranges(void* base, const std::vector<ByteRange>& ranges) {
+  for (const ByteRange& r : ranges) Memset0(static_cast<char*>(base) + r.offset, r.bytes);
+}
+
 void Backend::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* pre, void* dweight,
                                  void* dbias, void* dout, const void* inp, const void* weight,
                                  int N, int C, int OC) {

@@ -13,7 +13,10 @@
 // memory is host memory.
 //
 // Accumulate semantics (as llm.c): parameter gradients use +=, activation gradients use =,
-// except where an op says it accumulates (the residual stream's gradient).
+// except where an op says it accumulates (the residual stream's gradient), and except the
+// weight gradients of MatmulBackward and MatmulBackwardGelu while SetWeightGradientOverwrite is
+// on (=: a step's first micro-batch, so those gradients need no zeroing and their GEMMs need not
+// read them).
 //
 // Layouts (row-major): activations [N, C] with N = B*T; Linear weights [OC, C] (out, in), so a
 // forward is out = inp · Wᵀ + b; qkv is [B, T, 3C] with q, k, v each [B, T, NH, HS].
@@ -112,6 +115,12 @@ class Backend {
   virtual absl::StatusOr<void*> Alloc(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
   virtual void Memset0(void* ptr, size_t bytes) = 0;
+  // Memset0 of every range (byte offsets from base), in one launch where the backend can (the
+  // default: one Memset0 each).
+  struct ByteRange {
+    size_t offset = 0, bytes = 0;
+  };
+  virtual void Memset0Ranges(void* base, const std::vector<ByteRange>& ranges);
   // Copies n elements between host FP32 and a device buffer of `dtype`, converting.
   virtual void CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) = 0;
   virtual void CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) = 0;
@@ -163,6 +172,11 @@ class Backend {
   virtual void MatmulBackward(void* dinp, void* dweight, void* dbias, void* dout,
                               const void* pre_gelu, const void* inp, const void* weight,
                               int N, int C, int OC) = 0;
+  // From now on MatmulBackward and MatmulBackwardGelu write dweight with '=' (on) or '+=' (off,
+  // the default); their bias gradients accumulate either way. Applies to the ops called after
+  // it, recorded ones included (a recording backend records the switch in order).
+  virtual void SetWeightGradientOverwrite(bool on) { weight_gradient_overwrite_ = on; }
+  bool weight_gradient_overwrite() const { return weight_gradient_overwrite_; }
 
   // The backward of a Linear whose input is GELU(pre) (the MLP's fc2), with that GELU's
   // backward and the previous Linear's bias gradient fused in (cuda: one GEMM, cuBLASLt's
@@ -421,6 +435,9 @@ class Backend {
   // device timers return "".
   virtual void EnableProfiling(bool on) {}
   virtual std::string ProfileReport() { return ""; }
+
+ protected:
+  bool weight_gradient_overwrite_ = false;  // see SetWeightGradientOverwrite
 };
 
 // The CPU reference backend (FP32, OpenBLAS GEMMs, threads across `num_threads` cores; 0 =

@@ -210,7 +210,8 @@ void CpuBackend<S>::MatmulBackwardGelu(void* dpre, void* dpre_bias, const void* 
                                        void* dbias, void* dout, const void* inp, const void* weight,
                                        int N, int C, int OC) {
   cpu::MatmulBackward(threads_, As<S>(dpre), As<S>(dweight), As<S>(dbias), As<S>(dout),
-                      static_cast<const S*>(nullptr), As<S>(inp), As<S>(weight), N, C, OC);
+                      static_cast<const S*>(nullptr), As<S>(inp), As<S>(weight), N, C, OC,
+                      weight_gradient_overwrite_);
   // The epilogue alone: dpre *= gelu'(pre), dpre_bias += Σ_rows dpre.
   cpu::MatmulBackward(threads_, static_cast<S*>(nullptr), static_cast<S*>(nullptr),
                       As<S>(dpre_bias), As<S>(dpre), As<S>(pre), static_cast<const S*>(nullptr),
@@ -222,7 +223,8 @@ void CpuBackend<S>::MatmulBackward(void* dinp, void* dweight, void* dbias, void*
                                    const void* pre_gelu, const void* inp, const void* weight, int N,
                                    int C, int OC) {
   cpu::MatmulBackward(threads_, As<S>(dinp), As<S>(dweight), As<S>(dbias), As<S>(dout),
-                      As<S>(pre_gelu), As<S>(inp), As<S>(weight), N, C, OC);
+                      As<S>(pre_gelu), As<S>(inp), As<S>(weight), N, C, OC,
+                      weight_gradient_overwrite_);
 }
 
 template <typename S>

@@ -93,7 +93,7 @@ void MatmulForward(int threads, S* out, S* pre_gelu, const S* inp, const S* weig
 
 template <typename S>
 void MatmulBackward(int threads, S* dinp, S* dweight, S* dbias, S* dout, const S* pre_gelu,
-                    const S* inp, const S* weight, int N, int C, int OC) {
+                    const S* inp, const S* weight, int N, int C, int OC, bool overwrite_dweight) {
   if (pre_gelu != nullptr || dbias != nullptr) {
     BackwardEpilogue(threads, dout, dbias, pre_gelu, N, OC);
   }
@@ -101,7 +101,8 @@ void MatmulBackward(int threads, S* dinp, S* dweight, S* dbias, S* dout, const S
     Gemm(threads, false, false, N, C, OC, S{1}, dout, OC, weight, C, S{0}, dinp, C);
   }
   if (dweight != nullptr) {
-    Gemm(threads, true, false, OC, C, N, S{1}, dout, OC, inp, C, S{1}, dweight, C);
+    Gemm(threads, true, false, OC, C, N, S{1}, dout, OC, inp, C, overwrite_dweight ? S{0} : S{1},
+         dweight, C);
   }
 }
 
@@ -110,8 +111,8 @@ template void MatmulForward<float>(int, float*, float*, const float*, const floa
 template void MatmulForward<double>(int, double*, double*, const double*, const double*,
                                     const double*, int, int, int, Epilogue);
 template void MatmulBackward<float>(int, float*, float*, float*, float*, const float*, const float*,
-                                    const float*, int, int, int);
+                                    const float*, int, int, int, bool);
 template void MatmulBackward<double>(int, double*, double*, double*, double*, const double*,
-                                     const double*, const double*, int, int, int);
+                                     const double*, const double*, int, int, int, bool);
 
 }  // namespace boulder::kernels::cpu

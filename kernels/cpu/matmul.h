@@ -24,10 +24,12 @@ template <typename S>
 void MatmulForward(int threads, S* out, S* pre_gelu, const S* inp, const S* weight, const S* bias,
                    int N, int C, int OC, Epilogue epilogue);
 
-// dinp, dbias and pre_gelu may be null; dweight may not.
+// dinp, dbias, pre_gelu and dweight may be null. dweight += doutᵀ·inp, or = when
+// overwrite_dweight.
 template <typename S>
 void MatmulBackward(int threads, S* dinp, S* dweight, S* dbias, S* dout, const S* pre_gelu,
-                    const S* inp, const S* weight, int N, int C, int OC);
+                    const S* inp, const S* weight, int N, int C, int OC,
+                    bool overwrite_dweight = false);
 
 }  // namespace boulder::kernels::cpu
 

@@ -188,6 +188,19 @@ void CudaBackend::Memset0(void* ptr, size_t bytes) {
   if (Ok()) Check(cudaMemsetAsync(ptr, 0, bytes, stream_), "cudaMemsetAsync");
 }
 
+void CudaBackend::Memset0Ranges(void* base, const std::vector<ByteRange>& ranges) {
+  cuda::ZeroRangeList list;
+  for (size_t i = 0; i < ranges.size() && Ok(); ++i) {
+    if (ranges[i].bytes == 0) continue;
+    list.ranges[list.count++] = {ranges[i].offset, ranges[i].bytes};
+    if (list.count == cuda::ZeroRangeList::kMax) {
+      Check(cuda::ZeroRanges(base, list, stream_), "ZeroRanges");
+      list.count = 0;
+    }
+  }
+  if (list.count > 0 && Ok()) Check(cuda::ZeroRanges(base, list, stream_), "ZeroRanges");
+}
+
 void CudaBackend::CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) {
   if (!Ok()) return;
   if (dtype == DType::kF32) {
@@ -391,8 +404,9 @@ bool CudaBackend::RoutesToOwnBf16Gemm(int N, int C, int OC, bool gelu, const voi
 
 namespace {
 
-// dW[OC,C] += dout[N,OC]ᵀ · inp[N,C] (no epilogue).
-GemmShape WeightGradientShape(int N, int C, int OC) {
+// dW[OC,C] += dout[N,OC]ᵀ · inp[N,C] (no epilogue); '=' without accumulate (beta 0: the GEMM
+// does not read dW).
+GemmShape WeightGradientShape(int N, int C, int OC, bool accumulate) {
   GemmShape s;
   s.trans_b = true;
   s.m = C;
@@ -401,7 +415,7 @@ GemmShape WeightGradientShape(int N, int C, int OC) {
   s.lda = C;
   s.ldb = OC;
   s.ldd = C;
-  s.accumulate = true;
+  s.accumulate = accumulate;
   return s;
 }
 
@@ -438,7 +452,7 @@ bool CudaBackend::ForkWeightGradient(const void* dweight, int N, int C, int OC, 
   if (!concurrent_wgrad_ || dweight == nullptr || fused_epilogues_ || !Ok()) return false;
   // The first call of a shape runs both GEMMs on stream_: it autotunes them, and their trial
   // timings must not share the GPU with each other.
-  if (wgrad_seen_.insert({N, C, OC, gelu}).second) return false;
+  if (wgrad_seen_.insert({N, C, OC, gelu, weight_gradient_overwrite_}).second) return false;
   Check(cudaEventRecord(fork_, stream_), "cudaEventRecord");
   Check(cudaStreamWaitEvent(side_stream_, fork_, 0), "cudaStreamWaitEvent");
   return Ok();
@@ -533,7 +547,7 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
                                  int N, int C, int OC) {
   if (!Ok()) return;
   if (dweight == nullptr) return BiasGradient(dbias, dy, N, OC);  // a frozen weight
-  GemmShape s = WeightGradientShape(N, C, OC);
+  GemmShape s = WeightGradientShape(N, C, OC, !weight_gradient_overwrite_);
   if (dbias && fused_epilogues_) {
     // BGRADB: Σ over k (= N rows) of op(B) = doutᵀ's columns, one value per n = OC.
     s.epilogue = CUBLASLT_EPILOGUE_BGRADB;
@@ -553,8 +567,8 @@ void CudaBackend::WeightGradient(void* dweight, void* dbias, const bf16* dy, con
 
 void CudaBackend::WeightGradientGemm(void* dweight, const bf16* dy, const void* inp, int N, int C,
                                      int OC, cudaStream_t stream, int workspace) {
-  Check(matmul_->Run(WeightGradientShape(N, C, OC), inp, dy, dweight, nullptr, nullptr, stream,
-                     nullptr, nullptr, workspace));
+  Check(matmul_->Run(WeightGradientShape(N, C, OC, !weight_gradient_overwrite_), inp, dy, dweight,
+                     nullptr, nullptr, stream, nullptr, nullptr, workspace));
 }
 
 namespace {

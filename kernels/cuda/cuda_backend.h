@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> Alloc(size_t bytes) override;
   void Free(void* ptr) override;
   void Memset0(void* ptr, size_t bytes) override;
+  void Memset0Ranges(void* base, const std::vector<ByteRange>& ranges) override;
   void CopyFromHostF32(void* dst, DType dtype, const float* src, size_t n) override;
   void CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) override;
   void CopyFromHost(void* dst, const void* src, size_t bytes) override;
@@ -262,7 +263,8 @@ class CudaBackend final : public Backend {
   cudaStream_t side_stream_ = nullptr;                 // the concurrent weight gradients'
   cudaEvent_t fork_ = nullptr, join_ = nullptr;       // no timing
   bool concurrent_wgrad_ = true;                      // see set_concurrent_weight_gradient
-  absl::flat_hash_set<std::tuple<int, int, int, bool>> wgrad_seen_;  // (N, C, OC, gelu)
+  // (N, C, OC, gelu, overwrite)
+  absl::flat_hash_set<std::tuple<int, int, int, bool, bool>> wgrad_seen_;
   std::unique_ptr<LtMatmul> matmul_;
   DeviceBytes memory_;  // Alloc's buffers and the two Scratch below (declared before them)
   Scratch scratch_{&memory_};

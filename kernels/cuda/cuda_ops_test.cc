@@ -805,6 +805,78 @@ TEST_F(CudaOpsTest, BiasGradientFromTheWeightGradientAccumulates) {
   EXPECT_EQ(gpu_->unfused_fallbacks(), 0) << "a fused-epilogue GEMM ran unfused";
 }
 
+// SetWeightGradientOverwrite: the weight gradient written with '=' (NaN before it must not
+// show), bias gradients still accumulated, for MatmulBackward and MatmulBackwardGelu; each
+// twice, so the second runs the weight gradient on the side stream (the first of a shape
+// autotunes on the main one).
+TEST_F(CudaOpsTest, WeightGradientOverwriteIgnoresTheOldValues) {
+  const int N = 300, C = 128, OC = 384;
+  for (bool gelu : {false, true}) {
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(testing::Message() << (gelu ? "MatmulBackwardGelu" : "MatmulBackward")
+                                      << " run " << run);
+      Pair inp(cpu_.get(), gpu_.get(), N * C), w(cpu_.get(), gpu_.get(), OC * C),
+          dout(cpu_.get(), gpu_.get(), N * OC), dinp(cpu_.get(), gpu_.get(), N * C),
+          dw(cpu_.get(), gpu_.get(), OC * C), db(cpu_.get(), gpu_.get(), OC),
+          pre(cpu_.get(), gpu_.get(), N * C), dpre_bias(cpu_.get(), gpu_.get(), C);
+      inp.Set(Random(N * C, rng_));
+      w.Set(Random(OC * C, rng_, 0.1f));
+      pre.Set(Random(N * C, rng_, 2.f));
+      const std::vector<float> db0 = Random(OC, rng_), dpb0 = Random(C, rng_);
+      db.Set(db0);
+      dpre_bias.Set(dpb0);
+      dout.Set(Random(N * OC, rng_));  // dw stays poisoned (NaN)
+      for (Backend* be : {cpu_.get(), static_cast<Backend*>(gpu_.get())}) {
+        const bool g = be != cpu_.get();
+        be->SetWeightGradientOverwrite(true);
+        if (gelu) {
+          be->MatmulBackwardGelu(g ? dinp.g : dinp.c, g ? dpre_bias.g : dpre_bias.c,
+                                 g ? pre.g : pre.c, g ? dw.g : dw.c, g ? db.g : db.c,
+                                 g ? dout.g : dout.c, g ? inp.g : inp.c, g ? w.g : w.c, N, C, OC);
+        } else {
+          be->MatmulBackward(g ? dinp.g : dinp.c, g ? dw.g : dw.c, g ? db.g : db.c,
+                             g ? dout.g : dout.c, nullptr, g ? inp.g : inp.c, g ? w.g : w.c, N, C,
+                             OC);
+        }
+        be->SetWeightGradientOverwrite(false);
+      }
+      ExpectClose(dw, 2e-2, "dweight");
+      ExpectClose(db, 2e-2, "dbias");
+      ExpectClose(dinp, 2e-2, gelu ? "dpre" : "dinp");
+      if (gelu) ExpectClose(dpre_bias, 2e-2, "dpre_bias");
+      // The bias gradient accumulated onto its start values (not overwritten).
+      const std::vector<float> want_db = db.Cpu();
+      double moved = 0;
+      for (int i = 0; i < OC; ++i) moved += std::fabs(want_db[i] - db0[i]);
+      EXPECT_GT(moved, 0.0);
+    }
+  }
+}
+
+// Memset0Ranges zeroes exactly its ranges: odd offsets and lengths, empty ranges, ranges
+// shorter than 16 bytes inside one chunk, one large range, and more ranges than one launch
+// takes (ZeroRangeList::kMax).
+TEST_F(CudaOpsTest, Memset0RangesZeroesExactlyItsRanges) {
+  const size_t bytes = (3 << 20) + 77;
+  std::vector<Backend::ByteRange> ranges = {{1, 0}, {3, 5}, {17, 1}, {31, 40}, {200, 2 << 20}};
+  for (size_t i = 0; i < 100; ++i) ranges.push_back({(2 << 20) + 300 + i * 97, 1 + i % 40});
+  absl::StatusOr<void*> d = gpu_->Alloc(bytes);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::vector<uint8_t> host(bytes);
+  for (uint8_t& b : host) b = static_cast<uint8_t>(1 + rng_() % 255);
+  gpu_->CopyFromHost(*d, host.data(), bytes);
+  gpu_->Memset0Ranges(*d, ranges);
+  std::vector<uint8_t> got(bytes);
+  gpu_->CopyToHost(got.data(), *d, bytes);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  std::vector<uint8_t> want = host;
+  for (const Backend::ByteRange& r : ranges) std::fill_n(want.begin() + r.offset, r.bytes, 0);
+  size_t wrong = 0;
+  for (size_t i = 0; i < bytes; ++i) wrong += got[i] != want[i];
+  EXPECT_EQ(wrong, 0u);
+  gpu_->Free(*d);
+}
+
 // In deterministic mode the fused backward gives bit-identical results from run to run.
 TEST_F(CudaOpsTest, FusedBackwardIsBitReproducibleWhenDeterministic) {
   auto other = CudaBackend::Create(0);

@@ -1,5 +1,5 @@
 // Element-wise and row-wise kernels: embedding forward, residual add, FP32<->BF16 conversion,
-// GELU and dGELU, accumulation of a bias gradient, argmax. One pass over memory each; 16-byte
+// GELU and dGELU, accumulation of a bias gradient, argmax, zeroing byte ranges. One pass over memory each; 16-byte
 // vectors where the row length allows (C % 8 == 0 is a precondition the backend checks).
 #include <algorithm>
 
@@ -93,7 +93,32 @@ __global__ void ArgmaxKernel(int32_t* out, const bf16* logits, int N, int V, int
   if (lane == 0) out[row] = best_i < V ? best_i : 0;
 }
 
+// Block (x, y) zeroes its grid-stride share of range y: bytes up to the first 16-byte boundary
+// and after the last one singly, the 16-byte chunks between with one store each.
+__global__ void ZeroRangesKernel(unsigned char* base, ZeroRangeList list) {
+  const ZeroRangeList::Range r = list.ranges[blockIdx.y];
+  unsigned char* p = base + r.offset;
+  const size_t head = min(r.bytes, (16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+  const size_t chunks = (r.bytes - head) / 16, tail = head + chunks * 16;
+  const size_t tid = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  const size_t threads = size_t(gridDim.x) * blockDim.x;
+  if (tid < head) p[tid] = 0;
+  if (tid < r.bytes - tail) p[tail + tid] = 0;
+  uint4* v = reinterpret_cast<uint4*>(p + head);
+  for (size_t i = tid; i < chunks; i += threads) v[i] = make_uint4(0, 0, 0, 0);
+}
+
 }  // namespace
+
+cudaError_t ZeroRanges(void* base, const ZeroRangeList& list, cudaStream_t s) {
+  if (list.count <= 0) return cudaSuccess;
+  size_t most = 0;
+  for (int i = 0; i < list.count; ++i) most = std::max(most, list.ranges[i].bytes);
+  const size_t blocks = std::min<size_t>(std::max<size_t>(CeilDiv(most / 16, 256), 1), 1024);
+  ZeroRangesKernel<<<dim3(unsigned(blocks), unsigned(list.count)), 256, 0, s>>>(
+      static_cast<unsigned char*>(base), list);
+  return cudaGetLastError();
+}
 
 cudaError_t EncoderForward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
                            int B, int T, int C, cudaStream_t s) {

@@ -62,6 +62,17 @@ class Scratch {
 };
 
 // ---- elementwise.cu ----
+// Up to kMax byte ranges of one buffer (by value: a kernel argument, so a graph records it).
+struct ZeroRangeList {
+  static constexpr int kMax = 64;
+  struct Range {
+    size_t offset, bytes;
+  };
+  Range ranges[kMax];
+  int count = 0;
+};
+// Zeroes every range of the list, offsets from base, in one launch.
+cudaError_t ZeroRanges(void* base, const ZeroRangeList& list, cudaStream_t s);
 cudaError_t EncoderForward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
                            int B, int T, int C, cudaStream_t s);
 cudaError_t ResidualForward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t s);

@@ -2,6 +2,7 @@
 // state, one step against FP32, and whole runs through the trainer (convergence, statistics,
 // skipped steps).
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,42 @@ double RelL2(const float* a, const float* b, size_t n) {
     den += double(b[i]) * b[i];
   }
   return den == 0 ? (num == 0 ? 0 : INFINITY) : std::sqrt(num / den);
+}
+
+// FP8's weight gradients (FP8 GEMMs, MlpBackwardFp8's fc2 included) with ZeroGrad()
+// deferring them to the first backward: bit-identical to zeroing, over steps and two
+// micro-batches.
+TEST(ModelFp8Test, DeferredZeroGradGivesTheZeroedGradients) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  ModelOptions on = SmallOptions(true);
+  on.grad_accum_steps = 2;
+  ModelOptions off = on;
+  off.overwrite_first_weight_gradients = false;
+  auto a = Model::Create(cpu.get(), on);
+  auto b = Model::Create(cpu.get(), off);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  ASSERT_TRUE((*a)->defers_zero_grad());
+  ArithmeticData data(96, 6, 3);
+  const size_t n = (*a)->num_trainable_params();
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    for (Model* m : {a->get(), b->get()}) {
+      m->ZeroGrad();
+      for (int micro = 0; micro < 2; ++micro) {
+        const Batch batch = data.Get(0, step, micro, 4, 32);
+        ASSERT_TRUE(m->Forward(batch.inputs, batch.targets).ok());
+        ASSERT_TRUE(m->Backward().ok());
+      }
+    }
+    std::vector<float> ga(n), gb(n);
+    cpu->CopyToHostF32(ga.data(), (*a)->grads(), cpu->compute_dtype(), n);
+    cpu->CopyToHostF32(gb.data(), (*b)->grads(), cpu->compute_dtype(), n);
+    ASSERT_EQ(0, std::memcmp(ga.data(), gb.data(), n * sizeof(float)));
+    for (Model* m : {a->get(), b->get()}) {
+      ASSERT_TRUE(m->OptimizerStep(1e-2f, step).ok());
+      ASSERT_TRUE(m->Fp8EndStep(/*apply=*/true, nullptr).ok());
+    }
+  }
 }
 
 // Tolerances: FP8 (E4M3 3 mantissa bits, E5M2 2) perturbs each GEMM by a few percent; the loss

@@ -122,6 +122,7 @@ absl::Status Model::Allocate() {
 
   if (s = SetParameters(layout_.InitialValues(options_.seed)); !s.ok()) return s;
   backend_->Memset0(grads_, nt * elem_);
+  SplitZeroGrad();
   backend_->Memset0(m_, nt * state_elem_);
   backend_->Memset0(v_, nt * state_elem_);
   // The decay mask of the trainable parameters (in gradient order), one bit each.
@@ -384,14 +385,17 @@ absl::Status Model::Backward() {
         "backward: needs a training Forward() first (each Forward() allows one Backward())");
   }
   backward_ready_ = false;
-  EnqueueBackward();
+  EnqueueBackward(/*first_of_step=*/TakePendingZeroGrad());
   return backend_->Synchronize();
 }
 
-void Model::EnqueueBackward() {
+void Model::EnqueueBackward(bool first_of_step) {
   const ModelConfig& c = options_.config;
   const int B = last_B_, T = last_T_, N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
   kernels::Backend& be = *backend_;
+  // The weight-gradient GEMMs write with '=' (the gradients ZeroGrad deferred) until the end.
+  overwrite_weight_grads_ = first_of_step && defers_zero_grad();
+  be.SetWeightGradientOverwrite(overwrite_weight_grads_);
   // LayerNormBackward accumulates into the residual stream's gradient, so it starts at 0;
   // every other activation gradient is written with '='.
   be.Memset0(act_.dresidual, static_cast<size_t>(N) * C * elem_);
@@ -457,6 +461,8 @@ void Model::EnqueueBackward() {
                          P(TensorKind::kLn1Weight, l), la.ln1_mean, la.ln1_rstd, N, C);
     if (on_bucket_ready_) on_bucket_ready_(l + 1);
   }
+  be.SetWeightGradientOverwrite(false);
+  overwrite_weight_grads_ = false;
   if (!options_.freeze_embeddings) {
     be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
                        C);
@@ -487,9 +493,59 @@ void Model::RecomputeLayer(int l) {
          P(TensorKind::kFc1Bias, l), N, C, F, Epilogue::kGelu);
 }
 
-void Model::ZeroGrad() { backend_->Memset0(grads_, num_trainable_ * elem_); }
+void Model::SplitZeroGrad() {
+  const ModelConfig& c = options_.config;
+  const size_t total = num_trainable_ * elem_;
+  deferred_zero_.clear();
+  eager_zero_.clear();
+  zero_grad_pending_ = false;
+  if (!options_.overwrite_first_weight_gradients) {
+    eager_zero_.push_back({0, total});
+    return;
+  }
+  // The weight gradients of every backward's GEMMs: the head's (the LM head, or wte's when
+  // tied: the head's GEMM runs before EncoderBackward adds to it) and the four Linears' of
+  // every layer the backward reaches. Frozen tensors have no gradient (G is null).
+  auto add = [&](void* g, size_t numel) {
+    if (g == nullptr) return;
+    const size_t at = static_cast<size_t>(static_cast<char*>(g) - static_cast<char*>(grads_));
+    deferred_zero_.push_back({at, numel * elem_});
+  };
+  const size_t C = c.hidden, F = c.ffn;
+  add(HeadGrad(), static_cast<size_t>(c.padded_vocab_size) * C);
+  for (int l = lowest_backward_layer_; l < c.layers; ++l) {
+    add(G(TensorKind::kQkvWeight, l), 3 * C * C);
+    add(G(TensorKind::kAttnProjWeight, l), C * C);
+    add(G(TensorKind::kFc1Weight, l), F * C);
+    add(G(TensorKind::kFc2Weight, l), C * F);
+  }
+  std::sort(deferred_zero_.begin(), deferred_zero_.end(),
+            [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  size_t at = 0;
+  for (const kernels::Backend::ByteRange& r : deferred_zero_) {
+    if (r.offset > at) eager_zero_.push_back({at, r.offset - at});
+    at = r.offset + r.bytes;
+  }
+  if (at < total) eager_zero_.push_back({at, total - at});
+}
+
+void Model::ZeroGrad() {
+  backend_->Memset0Ranges(grads_, eager_zero_);
+  zero_grad_pending_ = defers_zero_grad();
+}
+
+bool Model::TakePendingZeroGrad() {
+  const bool pending = zero_grad_pending_;
+  zero_grad_pending_ = false;
+  return pending;
+}
+
+void Model::FlushPendingZeroGrad() {
+  if (TakePendingZeroGrad()) backend_->Memset0Ranges(grads_, deferred_zero_);
+}
 
 absl::StatusOr<float> Model::GradNorm() {
+  FlushPendingZeroGrad();
   backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
@@ -498,6 +554,7 @@ absl::StatusOr<float> Model::GradNorm() {
 }
 
 absl::StatusOr<float> Model::OptimizerStep(float lr, int t) {
+  FlushPendingZeroGrad();
   if (absl::Status s = SetOptimizerStep(lr, t); !s.ok()) return s;
   EnqueueOptimizerStep();
   return ReadGradNorm();

@@ -109,6 +109,12 @@ struct ModelOptions {
   // projection's input transpose is not kept; where the backend does not take it, the two run
   // as before. For tests that compare the two; the bytes are the same.
   bool fp8_fuse_attention_cast = true;
+  // ZeroGrad() leaves the Linear and LM-head weight gradients (which every backward writes
+  // whole) to the step's first backward, whose weight-gradient GEMMs then write them with '='
+  // (Backend::SetWeightGradientOverwrite): no memset of them, and no read of them by the GEMMs.
+  // The results are the same values (0 + x = x); off: ZeroGrad() zeroes every gradient and
+  // every backward accumulates. The trainer turns it off with BOULDER_WEIGHT_GRAD_OVERWRITE=off.
+  bool overwrite_first_weight_gradients = true;
 };
 
 class Model {
@@ -139,6 +145,10 @@ class Model {
   // FAILED_PRECONDITION: no training Forward() since the last Backward()/ForwardLogits().
   absl::Status Backward();
 
+  // Sets grads() to zero. With options.overwrite_first_weight_gradients the weight gradients
+  // that the next Backward() writes whole are not zeroed now: that backward writes them with
+  // '=' (the same values), or grads(), GradNorm() or OptimizerStep() zero them first if they
+  // come before it.
   void ZeroGrad();
 
   // Called by Backward() as soon as the gradients of bucket i (layout().Buckets()[i]) are
@@ -172,7 +182,20 @@ class Model {
   // is left for EnqueueBackward(), the per-token losses on the device for ReadLoss().
   void EnqueueTrainingForward();
   // Enqueues the backward of the last training forward (Backward() without checks or sync).
-  void EnqueueBackward();
+  // first_of_step: the first backward after a ZeroGrad() that deferred the weight gradients
+  // (defers_zero_grad()), which writes them with '=' instead of adding to them. A recorded
+  // backward replays with the choice it was recorded with: StepGraph takes the pending
+  // ZeroGrad() before replaying a first_of_step one (TakePendingZeroGrad) and flushes it
+  // before any other (FlushPendingZeroGrad).
+  void EnqueueBackward(bool first_of_step);
+  // Whether ZeroGrad() defers zeroing the weight gradients to the next backward.
+  bool defers_zero_grad() const { return !deferred_zero_.empty(); }
+  // True, and the deferred weight gradients then count as written, when a ZeroGrad() is
+  // pending (no backward since); false otherwise.
+  bool TakePendingZeroGrad();
+  // Enqueues zeroing the weight gradients a pending ZeroGrad() deferred (one launch), if one
+  // is pending.
+  void FlushPendingZeroGrad();
   // Enqueues writing lr and t (1-based) where the next EnqueueOptimizerStep()'s AdamW reads
   // them when it runs. Not to be recorded. RESOURCE_EXHAUSTED: its buffer's first allocation.
   // FP8: that AdamW also skips itself when the gradient norm is not finite (the eager loop
@@ -240,7 +263,12 @@ class Model {
   // The FP32 master weights (num_trainable_params() state-dtype elements, as master()), or
   // null when the parameters are kept in the state dtype already.
   void* master_params() const { return master_; }
-  void* grads() const { return grads_; }
+  // Flushes a pending ZeroGrad() first (FlushPendingZeroGrad), so what it points at is the
+  // gradients once the work enqueued so far has run.
+  void* grads() {
+    FlushPendingZeroGrad();
+    return grads_;
+  }
   // Optimizer state, num_trainable_params() state-dtype elements each (the trainable tensors,
   // as grads()), for checkpoints: the AdamW moments, and the FP32 master weights (null when
   // the compute dtype is the state dtype).
@@ -295,6 +323,8 @@ class Model {
 
   Model(kernels::Backend* backend, const ModelOptions& options);
   absl::Status Allocate();
+  // Fills deferred_zero_ and eager_zero_ (REQUIRES: runs_ and grads_ set).
+  void SplitZeroGrad();
   absl::Status CheckTokens(absl::Span<const int32_t> ids, const char* what) const;
   // Forward through the final LN and the head for the first B*T rows.
   void ForwardImpl(int B, int T);
@@ -366,6 +396,11 @@ class Model {
   std::vector<TrainableRun> runs_;
   size_t num_trainable_ = 0;
   int lowest_backward_layer_ = 0;  // layers below it need no backward at all
+  // Byte ranges of grads_: the weight gradients every backward writes whole (ZeroGrad defers
+  // them; empty when options.overwrite_first_weight_gradients is off), and the rest.
+  std::vector<kernels::Backend::ByteRange> deferred_zero_, eager_zero_;
+  bool zero_grad_pending_ = false;     // a ZeroGrad() deferred deferred_zero_, no backward since
+  bool overwrite_weight_grads_ = false;  // during a first_of_step backward
   Activations act_{};
   int last_B_ = 0;
   int last_T_ = 0;

@@ -336,7 +336,7 @@ void Model::LinearBackward(int layer, Fp8Linear t, void* dinp, void* dweight, vo
     inp_t = fp8_input_;
   }
   be.MatmulFp8(dweight, fp8_dout_t_, g_fmt, s.scale_inv(g), inp_t, in_fmt, s.scale_inv(in), nullptr,
-               OC, C, N, /*accumulate=*/true, false);
+               OC, C, N, /*accumulate=*/!overwrite_weight_grads_, false);
 }
 
 bool Model::MlpFp8FusedCasts(int l) const {
@@ -389,7 +389,7 @@ void Model::MlpBackwardFp8(int l) {
                         s.amax(g1), s.counts(g1), la.fc_gelu);
   s.AddElements(g1, static_cast<int64_t>(N) * F);
   be.MatmulFp8(G(TensorKind::kFc2Weight, l), fc2_dout_t, g_fmt, s.scale_inv(g2), fp8_input_, in_fmt,
-               s.scale_inv(in2), nullptr, C, F, N, /*accumulate=*/true, false);
+               s.scale_inv(in2), nullptr, C, F, N, /*accumulate=*/!overwrite_weight_grads_, false);
   LinearBackward(l, Fp8Linear::kFc1, act_.dln, G(TensorKind::kFc1Weight, l),
                  G(TensorKind::kFc1Bias, l), act_.dfc, la.fc_pre, la.ln2,
                  P(TensorKind::kFc1Weight, l), N, C, F, /*cast_dout=*/false);

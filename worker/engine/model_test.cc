@@ -165,6 +165,59 @@ TEST(ModelTest, GradientAccumulationSumsMicroBatches) {
   }
 }
 
+// ZeroGrad() deferring the weight gradients to the step's first backward (which writes them
+// with '=') gives the gradients zeroing everything does, bit for bit: over steps whose
+// gradient buffer holds the last step's values, with two micro-batches, tied and untied heads,
+// and with frozen layers and embeddings (fewer gradients, the backward stopping early). And a
+// ZeroGrad() with no backward after it still reads as zero.
+TEST(ModelTest, DeferredZeroGradGivesTheZeroedGradients) {
+  struct Case {
+    bool tied;
+    std::vector<int> freeze_layers;
+    bool freeze_embeddings;
+  };
+  for (const Case& k : {Case{false, {}, false}, Case{true, {}, false}, Case{false, {0}, true},
+                        Case{true, {1}, false}}) {
+    SCOPED_TRACE(absl::StrCat("tied ", k.tied, ", frozen layers ", k.freeze_layers.size(),
+                              ", frozen embeddings ", k.freeze_embeddings));
+    std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackend(1);
+    ModelOptions on = TinyOptions(k.tied);
+    on.grad_accum_steps = 2;
+    on.freeze_layers = k.freeze_layers;
+    on.freeze_embeddings = k.freeze_embeddings;
+    ModelOptions off = on;
+    off.overwrite_first_weight_gradients = false;
+    auto a = Model::Create(be.get(), on);
+    auto b = Model::Create(be.get(), off);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_TRUE((*a)->defers_zero_grad());
+    EXPECT_FALSE((*b)->defers_zero_grad());
+    const size_t n = (*a)->num_trainable_params();
+    Rng rng(9);
+    for (int step = 1; step <= 3; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      (*a)->ZeroGrad();
+      (*b)->ZeroGrad();
+      for (int micro = 0; micro < 2; ++micro) {
+        const std::vector<int32_t> x = RandomTokens(&rng, 10, 11), y = RandomTokens(&rng, 10, 11);
+        for (Model* m : {a->get(), b->get()}) {
+          ASSERT_TRUE(m->Forward(x, y).ok());
+          ASSERT_TRUE(m->Backward().ok());
+        }
+      }
+      std::vector<float> ga(n), gb(n);
+      be->CopyToHostF32(ga.data(), (*a)->grads(), be->compute_dtype(), n);
+      be->CopyToHostF32(gb.data(), (*b)->grads(), be->compute_dtype(), n);
+      ASSERT_EQ(0, std::memcmp(ga.data(), gb.data(), n * sizeof(float)));
+      for (Model* m : {a->get(), b->get()}) ASSERT_TRUE(m->OptimizerStep(1e-2f, step).ok());
+    }
+    (*a)->ZeroGrad();
+    std::vector<float> g(n, 1.f);
+    be->CopyToHostF32(g.data(), (*a)->grads(), be->compute_dtype(), n);
+    EXPECT_EQ(std::count(g.begin(), g.end(), 0.f), static_cast<std::ptrdiff_t>(n));
+  }
+}
+
 TEST(ModelTest, WeightDecayFollowsTheTableAndNothingIsFrozen) {
   std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackendF64(1);
   ModelOptions o = TinyOptions(false);

@@ -99,16 +99,18 @@ absl::Status StepGraph::Capture(int64_t step) {
   };
   // The step's last micro-batch: with data parallelism its backward also issues the bucket
   // all-reduces, joined on the device before anything reads the gradients.
-  auto last_micro_step = [&m, dp, &dp_status] {
+  // The step's first backward writes the weight gradients ZeroGrad deferred (with '=').
+  const bool first_writes = m.defers_zero_grad();
+  auto last_micro_step = [&m, dp, &dp_status](bool first_of_step) {
     m.EnqueueTrainingForward();
     if (dp != nullptr) dp->ReduceDuringBackward();
-    m.EnqueueBackward();
+    m.EnqueueBackward(first_of_step);
     if (dp != nullptr) dp_status.Update(dp->JoinGradientsOnDevice());
   };
   if (options_.grad_accum_steps == 1) {
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> g = Record(
-        [&last_micro_step, &optimizer] {
-          last_micro_step();
+        [&last_micro_step, &optimizer, first_writes] {
+          last_micro_step(first_writes);
           optimizer();
         },
         &step_tallies_);
@@ -120,21 +122,27 @@ absl::Status StepGraph::Capture(int64_t step) {
       failed = g.status();
     }
   } else {
-    auto micro_step = [&m] {
-      m.EnqueueTrainingForward();
-      m.EnqueueBackward();
+    auto micro_step = [&m](bool first_of_step) {
+      return [&m, first_of_step] {
+        m.EnqueueTrainingForward();
+        m.EnqueueBackward(first_of_step);
+      };
     };
-    // FP8: the weights are stale at the start of a step, so the first recording casts them
-    // and the second (the other micro-batches') finds them cast.
+    // A graph of its own for the first micro-batch where it differs from the others: FP8's
+    // weights are stale at the start of a step, so the first recording casts them and the
+    // second (the other micro-batches') finds them cast; and its backward writes the weight
+    // gradients ZeroGrad deferred.
     using GraphOr = absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>>;
-    GraphOr first = fp8 ? Record(micro_step, &first_micro_tallies_)
+    GraphOr first = fp8 || first_writes
+                        ? Record(micro_step(first_writes), &first_micro_tallies_)
                         : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> micro =
-        first.ok() ? Record(micro_step, &micro_tallies_) : first.status();
+        first.ok() ? Record(micro_step(false), &micro_tallies_) : first.status();
     // Data parallelism: a graph of its own for the last micro-batch (the others only
     // accumulate).
     GraphOr last = !micro.ok()     ? GraphOr(micro.status())
-                   : dp != nullptr ? Record(last_micro_step, &last_micro_tallies_)
+                   : dp != nullptr ? Record([&last_micro_step] { last_micro_step(false); },
+                                            &last_micro_tallies_)
                                    : GraphOr(std::unique_ptr<kernels::Backend::Graph>());
     absl::StatusOr<std::unique_ptr<kernels::Backend::Graph>> opt =
         last.ok() ? Record(optimizer, &optimizer_tallies_) : last.status();
@@ -144,10 +152,12 @@ absl::Status StepGraph::Capture(int64_t step) {
       micro_ = *std::move(micro);
       last_micro_ = *std::move(last);
       optimizer_ = *std::move(opt);
-      sizes = fp8 ? absl::StrCat("a first-micro-batch graph of ", first_micro_->num_nodes(),
-                                 " nodes with the FP8 weight casts, a micro-step graph of ",
-                                 micro_->num_nodes(), " nodes replayed ",
-                                 options_.grad_accum_steps - 1, " times")
+      sizes = first_micro_ != nullptr
+                  ? absl::StrCat("a first-micro-batch graph of ", first_micro_->num_nodes(),
+                                 fp8 ? " nodes with the FP8 weight casts" : " nodes",
+                                 first_writes ? " writing the weight gradients" : "",
+                                 ", a micro-step graph of ", micro_->num_nodes(),
+                                 " nodes replayed ", options_.grad_accum_steps - 1, " times")
                   : absl::StrCat("a micro-step graph of ", micro_->num_nodes(), " nodes replayed ",
                                  options_.grad_accum_steps, " times");
       if (last_micro_ != nullptr) {
@@ -213,6 +223,18 @@ absl::StatusOr<std::optional<StepGraph::Result>> StepGraph::Run(
   for (int micro = 0; micro < accum; ++micro) {
     const Batch b = batch(micro);
     if (absl::Status s = m.UploadBatch(b.inputs, b.targets); !s.ok()) return s;
+    // The graphs of the step's first backward were recorded writing the weight gradients
+    // ZeroGrad defers (when it does); the others add to them.
+    const bool first_graph = accum == 1 || (micro == 0 && first_micro_ != nullptr);
+    if (first_graph && m.defers_zero_grad()) {
+      if (!m.TakePendingZeroGrad()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", step, ": the recorded step writes the weight gradients that "
+            "Model::ZeroGrad() leaves to it, and no ZeroGrad() came before it"));
+      }
+    } else {
+      m.FlushPendingZeroGrad();
+    }
     if (accum == 1) {
       Replay(*step_, step_tallies_);
     } else if (micro == accum - 1 && last_micro_ != nullptr) {

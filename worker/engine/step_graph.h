@@ -8,7 +8,9 @@
 // Graphs: with grad_accum_steps 1, one graph holds forward, loss, backward, gradient norm and
 // AdamW; with more, a micro-step graph (forward, loss, backward) replays once per micro-batch
 // and an optimizer graph once per step. Zeroing the gradients stays with the caller
-// (Model::ZeroGrad, one memset).
+// (Model::ZeroGrad, before each step); where it defers the weight gradients to the step's first
+// backward (Model::defers_zero_grad), that backward is recorded writing them with '=', in the
+// one graph or, with more micro-batches, in a first-micro-batch graph of its own.
 //
 // FP8 (precision fp8): the graphs also hold the casts and, after AdamW, the delayed-scaling
 // update. The weights are cast once per optimizer step: with grad_accum_steps 1 in the one
@@ -159,8 +161,9 @@ class StepGraph {
   std::string reason_;
   int eager_steps_done_ = 0;
   int64_t replayed_ = 0;
-  // accum 1: step_ only; accum > 1: micro_ and optimizer_, and with FP8 first_micro_ (micro_
-  // with the weight casts, for micro-batch 0). Each with the FP8 element tallies it adds.
+  // accum 1: step_ only; accum > 1: micro_ and optimizer_, and with FP8 or a deferring
+  // ZeroGrad first_micro_ (micro_ with the weight casts and the '=' weight gradients, for
+  // micro-batch 0). Each with the FP8 element tallies it adds.
   // With data parallelism and accum > 1 also last_micro_ (micro_ with the all-reduces, for the
   // last micro-batch).
   std::unique_ptr<kernels::Backend::Graph> step_, micro_, first_micro_, last_micro_, optimizer_;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "common/memory_estimate.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
@@ -272,6 +274,14 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.freeze_embeddings = tr.freeze_embeddings();
   mo.recompute = recompute;
   mo.fp8 = Fp8OptionsFromSpec(spec);
+  if (const char* v = std::getenv(common::kEnvWeightGradOverwrite); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice != "on" && choice != "off") {
+      return absl::InvalidArgumentError(absl::StrCat(common::kEnvWeightGradOverwrite, "=", choice,
+                                                     ": expected on or off"));
+    }
+    mo.overwrite_first_weight_gradients = choice == "on";
+  }
   const bool fp8 = mo.fp8.enabled;
   if (fp8 && (*backend)->name() == "cuda") {
     // FP8 keeps its weight and LayerNorm-input transposes per layer where it then still needs
