@@ -189,6 +189,9 @@ void CudaBackend::Memset0(void* ptr, size_t bytes) {
 }
 
 void CudaBackend::Memset0Ranges(void* base, const std::vector<ByteRange>& ranges) {
+  if (ranges.size() == 1) {  // one cudaMemsetAsync, as Memset0
+    return Memset0(static_cast<char*>(base) + ranges[0].offset, ranges[0].bytes);
+  }
   cuda::ZeroRangeList list;
   for (size_t i = 0; i < ranges.size() && Ok(); ++i) {
     if (ranges[i].bytes == 0) continue;
