@@ -113,8 +113,7 @@ struct ModelOptions {
   // whole) to the step's first backward, whose weight-gradient GEMMs then write them with '='
   // (Backend::SetWeightGradientOverwrite): no memset of them, and no read of them by the GEMMs.
   // The results are the same values (0 + x = x); off: ZeroGrad() zeroes every gradient and
-  // every backward accumulates. The trainer leaves it off unless BOULDER_WEIGHT_GRAD_OVERWRITE=on
-  // (not yet run on a GPU).
+  // every backward accumulates. The trainer turns it off with BOULDER_WEIGHT_GRAD_OVERWRITE=off.
   bool overwrite_first_weight_gradients = true;
 };
 

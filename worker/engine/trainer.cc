@@ -274,8 +274,6 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.freeze_embeddings = tr.freeze_embeddings();
   mo.recompute = recompute;
   mo.fp8 = Fp8OptionsFromSpec(spec);
-  // Off unless asked for: not yet run on a GPU (the CPU backend's gradients are bit-identical).
-  mo.overwrite_first_weight_gradients = false;
   if (const char* v = std::getenv(common::kEnvWeightGradOverwrite); v != nullptr && *v != '\0') {
     const std::string choice = v;
     if (choice != "on" && choice != "off") {
