@@ -474,6 +474,52 @@ TEST(StepGraphTest, ReplayedStepsUseEachStepsLearningRate) {
   EXPECT_GT(five->norms[4], 0.0f);
 }
 
+// A recorded first backward writes the weight gradients that ZeroGrad() leaves to it (with '=');
+// replayed without a ZeroGrad() before it, it would silently drop the gradients the step was
+// meant to add to, so Run refuses, naming the step, and the eager path is untouched.
+class ReplayWithoutZeroGradTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReplayWithoutZeroGradTest, IsRefusedNamingTheStep) {
+  const int accum = GetParam();
+  RecordingBackend be;
+  const ModelOptions options = SmallOptions(accum);
+  absl::StatusOr<std::unique_ptr<Model>> made = Model::Create(&be, options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Model& model = **made;
+  ASSERT_TRUE(model.defers_zero_grad());
+  StepGraphOptions go;
+  go.mode = "on";
+  go.grad_accum_steps = accum;
+  absl::StatusOr<std::unique_ptr<StepGraph>> graph = StepGraph::Create(&be, &model, go);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const ArithmeticData data(options.config.vocab_size, 6, 7);
+  const int B = options.batch_size, T = options.seq_len;
+  for (int step = 1; step <= 4; ++step) {
+    auto batch = [&](int micro) { return data.Get(0, step, micro, B, T); };
+    if (step != 4) model.ZeroGrad();
+    absl::StatusOr<std::optional<StepGraph::Result>> r = (*graph)->Run(step, 1e-3f, step, batch);
+    if (step == 4) {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+      EXPECT_THAT(r.status().message(),
+                  HasSubstr("step 4: the recorded step writes the weight gradients that "
+                            "Model::ZeroGrad() leaves to it, and no ZeroGrad() came before it"));
+      break;
+    }
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->has_value(), step == 3) << step;
+    if (r->has_value()) continue;
+    for (int micro = 0; micro < accum; ++micro) {
+      const Batch b = batch(micro);
+      ASSERT_TRUE(model.Forward(b.inputs, b.targets).ok());
+      ASSERT_TRUE(model.Backward().ok());
+    }
+    ASSERT_TRUE(model.OptimizerStep(1e-3f, step).ok());
+  }
+  EXPECT_EQ(be.captures(), accum == 1 ? 2 : 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accum, ReplayWithoutZeroGradTest, ::testing::Values(1, 3));
+
 TEST(StepGraphTest, RecordingRejectsHostCopies) {
   // The recording backend fails a capture that copies to or from the host, as CUDA's
   // thread-local capture does: the eager Forward() cannot be recorded.
@@ -613,8 +659,12 @@ TEST_P(DataParallelReplayTest, StepIsRecordedWithItsCollectives) {
     ASSERT_GE(dp.log.size(), 3u);
     EXPECT_GT(dp.log[0].second, 0u);
     EXPECT_GT(dp.log[1].second, dp.log[0].second);
-    if (fp8 && accum == 1) EXPECT_GT(dp.log[2].second, dp.log[1].second);
-    if (fp8 && accum > 1) EXPECT_GT(dp.log[2].second, 0u);
+    if (fp8 && accum == 1) {
+      EXPECT_GT(dp.log[2].second, dp.log[1].second);
+    }
+    if (fp8 && accum > 1) {
+      EXPECT_GT(dp.log[2].second, 0u);
+    }
     if (accum > 1) {
       EXPECT_THAT(run->info, Contains(HasSubstr("last-micro-batch graph")));
     }
