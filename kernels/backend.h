@@ -109,6 +109,18 @@ class Backend {
   virtual std::string Fp8Settings() const { return ""; }
   virtual DType compute_dtype() const = 0;
   virtual DType state_dtype() const = 0;
+  // How the master weights are kept where state_dtype() is wider than compute_dtype() (else
+  // there are none). kStateDtype: master[i] is the state-dtype value. kBf16LowHalves (BF16
+  // compute, FP32 state): master[i] is a uint16_t, the low half of the FP32 master, and the
+  // working weight params[i] its rounded high half (kernels/split_master.h): the two hold the
+  // FP32 value exactly in 4 bytes, and AdamW moves 2 bytes per parameter less.
+  enum class MasterLayout { kStateDtype, kBf16LowHalves };
+  virtual MasterLayout master_layout() const { return MasterLayout::kStateDtype; }
+  // Bytes per trainable parameter of the master buffer (0 where there is none).
+  size_t master_bytes_per_param() const {
+    if (state_dtype() == compute_dtype()) return 0;
+    return master_layout() == MasterLayout::kBf16LowHalves ? 2 : DTypeSize(state_dtype());
+  }
 
   // ---- memory ----------------------------------------------------------------------------
   // Allocates `bytes` of device memory (uninitialised). RESOURCE_EXHAUSTED names the size.
@@ -225,8 +237,10 @@ class Backend {
   // One AdamW step over n parameters (decoupled weight decay, applied where `decay` says).
   // The gradient is scaled by grad_scale * clip, where clip = min(1, max_norm / sqrt(*norm_sq))
   // when max_norm > 0 (read on device: no host sync), else 1.
-  // master: state-dtype master weights (null when the state dtype equals the compute dtype:
-  // then params are updated directly). m, v: state-dtype moments. t: 1-based step.
+  // master: the master weights as master_layout() says (null when the state dtype equals the
+  // compute dtype: then params are updated directly; with kBf16LowHalves params and master
+  // together are the FP32 master, read and written as one). m, v: state-dtype moments. t:
+  // 1-based step.
   virtual void AdamW(void* params, void* master, const void* grads, void* m, void* v,
                      DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
                      float weight_decay, int t, float grad_scale, const float* norm_sq,

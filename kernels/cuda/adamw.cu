@@ -1,5 +1,7 @@
 // AdamW over the one flat parameter buffer: FP32 master weights and moments, BF16 working
-// weights and gradients. The clipping factor is computed on the device from the gradient's
+// weights and gradients. The master weights are an FP32 copy or (BOULDER_MASTER_WEIGHTS=split) the working
+// weights' bits and a 16-bit low half each (kernels/split_master.h: the same FP32 values, 26
+// bytes moved per parameter instead of 28). The clipping factor is computed on the device from the gradient's
 // sum of squares, so the step needs no host sync (and can live in a CUDA graph). The learning
 // rate and the bias corrections come either as arguments or, for a recorded step, from a device
 // array written before each replay (AdamWStepValues); both forms run the same kernel, so their
@@ -7,6 +9,7 @@
 // gradient norm is not finite (an FP8 step replayed from a graph).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/split_master.h"
 
 namespace boulder::kernels::cuda {
 namespace {
@@ -26,7 +29,7 @@ __device__ __forceinline__ float AdamWOne(float g, float& m, float& v, float p, 
 // decay_bits: one bit per element from bit decay_offset (kVec8: decay_offset % 8 == 0, so a
 // thread's 8 elements are one byte's bits).
 template <bool kVec8>
-__global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, float* m, float* v,
+__global__ void AdamWKernel(bf16* params, AdamWMaster master, const bf16* grads, float* m, float* v,
                             const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr,
                             float beta1, float beta2, float eps, float wd, float bc1, float bc2,
                             float grad_scale, const float* norm_sq, float max_norm,
@@ -53,13 +56,20 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
     *reinterpret_cast<float4*>(mv + 4) = *reinterpret_cast<const float4*>(m + e + 4);
     *reinterpret_cast<float4*>(vv) = *reinterpret_cast<const float4*>(v + e);
     *reinterpret_cast<float4*>(vv + 4) = *reinterpret_cast<const float4*>(v + e + 4);
-    if (master) {
-      *reinterpret_cast<float4*>(pv) = *reinterpret_cast<const float4*>(master + e);
-      *reinterpret_cast<float4*>(pv + 4) = *reinterpret_cast<const float4*>(master + e + 4);
+    uint16_t lo[8];
+    if (master.f32) {
+      *reinterpret_cast<float4*>(pv) = *reinterpret_cast<const float4*>(master.f32 + e);
+      *reinterpret_cast<float4*>(pv + 4) = *reinterpret_cast<const float4*>(master.f32 + e + 4);
     } else {
       const Bf16x8 p8 = Load8(params + e);
+      if (master.low) {
+        *reinterpret_cast<uint4*>(lo) = *reinterpret_cast<const uint4*>(master.low + e);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) pv[k] = __bfloat162float(p8.v[k]);
+        for (int k = 0; k < 8; ++k) pv[k] = JoinMaster(__bfloat16_as_ushort(p8.v[k]), lo[k]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) pv[k] = __bfloat162float(p8.v[k]);
+      }
     }
     const uint32_t mask = decay_bits != nullptr ? decay_bits[decay_offset / 8 + i] : 0xffu;
     Bf16x8 out;
@@ -67,20 +77,30 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
     for (int k = 0; k < 8; ++k) {
       pv[k] = AdamWOne(__bfloat162float(gv.v[k]) * scale, mv[k], vv[k], pv[k], lr, beta1, beta2,
                        eps, (mask >> k) & 1u ? wd : 0.f, bc1, bc2);
-      out.v[k] = __float2bfloat16(pv[k]);
+      if (master.low) {
+        uint16_t hi;
+        SplitMaster(pv[k], &hi, &lo[k]);
+        out.v[k] = __ushort_as_bfloat16(hi);
+      } else {
+        out.v[k] = __float2bfloat16(pv[k]);
+      }
     }
     *reinterpret_cast<float4*>(m + e) = *reinterpret_cast<const float4*>(mv);
     *reinterpret_cast<float4*>(m + e + 4) = *reinterpret_cast<const float4*>(mv + 4);
     *reinterpret_cast<float4*>(v + e) = *reinterpret_cast<const float4*>(vv);
     *reinterpret_cast<float4*>(v + e + 4) = *reinterpret_cast<const float4*>(vv + 4);
-    if (master) {
-      *reinterpret_cast<float4*>(master + e) = *reinterpret_cast<const float4*>(pv);
-      *reinterpret_cast<float4*>(master + e + 4) = *reinterpret_cast<const float4*>(pv + 4);
+    if (master.f32) {
+      *reinterpret_cast<float4*>(master.f32 + e) = *reinterpret_cast<const float4*>(pv);
+      *reinterpret_cast<float4*>(master.f32 + e + 4) = *reinterpret_cast<const float4*>(pv + 4);
+    } else if (master.low) {
+      *reinterpret_cast<uint4*>(master.low + e) = *reinterpret_cast<const uint4*>(lo);
     }
     Store8(params + e, out);
   } else {
     float mi = m[i], vi = v[i];
-    const float p0 = master ? master[i] : __bfloat162float(params[i]);
+    const float p0 = master.f32   ? master.f32[i]
+                     : master.low ? JoinMaster(__bfloat16_as_ushort(params[i]), master.low[i])
+                                  : __bfloat162float(params[i]);
     const size_t bit = decay_offset + i;
     const float decay =
         (decay_bits == nullptr || (decay_bits[bit / 8] >> (bit % 8)) & 1u) ? wd : 0.f;
@@ -88,7 +108,14 @@ __global__ void AdamWKernel(bf16* params, float* master, const bf16* grads, floa
                              decay, bc1, bc2);
     m[i] = mi;
     v[i] = vi;
-    if (master) master[i] = p;
+    if (master.low) {
+      uint16_t hi, lo;
+      SplitMaster(p, &hi, &lo);
+      master.low[i] = lo;
+      params[i] = __ushort_as_bfloat16(hi);
+      return;
+    }
+    if (master.f32) master.f32[i] = p;
     params[i] = __float2bfloat16(p);
   }
 }
@@ -116,7 +143,7 @@ cudaError_t AdamWStepValues(float* step, float lr, int t, float beta1, float bet
   return cudaGetLastError();
 }
 
-cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
+cudaError_t AdamW(bf16* params, AdamWMaster master, const bf16* grads, float* m, float* v,
                   const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t, float grad_scale,
                   const float* norm_sq, float max_norm, const float* step, cudaStream_t s) {
@@ -127,7 +154,8 @@ cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, floa
   if (weight_decay == 0.f) decay_bits = nullptr;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const size_t groups = n / 8;
-  const bool vec8 = groups > 0 && aligned(params) && aligned(master) && aligned(grads) &&
+  const bool vec8 = groups > 0 && aligned(params) && aligned(master.f32) &&
+                    aligned(master.low) && aligned(grads) &&
                     aligned(m) && aligned(v) && (decay_bits == nullptr || decay_offset % 8 == 0);
   if (vec8) {
     AdamWKernel<true><<<CeilDiv(groups, 256), 256, 0, s>>>(
@@ -136,7 +164,10 @@ cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, floa
     const size_t done = 8 * groups;
     if (done == n) return cudaGetLastError();
     // The tail (fewer than 8 elements), element by element.
-    AdamWKernel<false><<<1, 8, 0, s>>>(params + done, master ? master + done : nullptr,
+    AdamWMaster tail;
+    if (master.f32) tail.f32 = master.f32 + done;
+    if (master.low) tail.low = master.low + done;
+    AdamWKernel<false><<<1, 8, 0, s>>>(params + done, tail,
                                        grads + done, m + done, v + done, decay_bits,
                                        decay_offset + done, n - done, lr, beta1, beta2, eps,
                                        weight_decay, bc1, bc2, grad_scale, norm_sq, max_norm, step);

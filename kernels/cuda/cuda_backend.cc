@@ -114,6 +114,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           common::kEnvAttentionDq, "=", choice, ": expected auto, recompute or stored"));
     }
   }
+  if (const char* v = std::getenv(common::kEnvMasterWeights); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice != "split" && choice != "fp32") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(common::kEnvMasterWeights, "=", choice, ": expected split or fp32"));
+    }
+    b->split_master_ = choice == "split";
+  }
   b->device_ = device;
   b->device_name_ = prop.name;
   b->cc_major_ = prop.major;
@@ -682,7 +690,7 @@ void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, 
                         float max_norm) {
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
-  Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
+  Check(cuda::AdamW(static_cast<bf16*>(params), MasterOf(master),
                     static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
                     decay.bits, decay.offset, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale,
                     norm_sq, max_norm, /*step=*/nullptr, stream_),
@@ -702,7 +710,7 @@ void CudaBackend::AdamWDeviceStep(void* params, void* master, const void* grads,
                                   const float* norm_sq, float max_norm) {
   if (!Ok()) return;
   ProfileScope profile(this, "AdamW");
-  Check(cuda::AdamW(static_cast<bf16*>(params), static_cast<float*>(master),
+  Check(cuda::AdamW(static_cast<bf16*>(params), MasterOf(master),
                     static_cast<const bf16*>(grads), static_cast<float*>(m), static_cast<float*>(v),
                     decay.bits, decay.offset, n, /*lr=*/0.f, beta1, beta2, eps, weight_decay,
                     /*t=*/0, grad_scale, norm_sq, max_norm, step, stream_),

@@ -36,6 +36,13 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType compute_dtype() const override { return DType::kBF16; }
   DType state_dtype() const override { return DType::kF32; }
+  // kBf16LowHalves with BOULDER_MASTER_WEIGHTS=split (common/env.h) or set_split_master(true);
+  // kStateDtype (an FP32 copy) by default until the split form has run on a GPU.
+  MasterLayout master_layout() const override {
+    return split_master_ ? MasterLayout::kBf16LowHalves : MasterLayout::kStateDtype;
+  }
+  // For tests and benchmarks; before the first allocation of master weights.
+  void set_split_master(bool on) { split_master_ = on; }
   const std::string& device_name() const { return device_name_; }
   cudaStream_t stream() const { return stream_; }
 
@@ -281,6 +288,16 @@ class CudaBackend final : public Backend {
   bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
   cuda::AttentionDq attention_dq_ = cuda::AttentionDq::kAuto;  // see set_attention_dq
+  bool split_master_ = false;  // see master_layout
+  cuda::AdamWMaster MasterOf(void* master) const {
+    cuda::AdamWMaster m;
+    if (split_master_) {
+      m.low = static_cast<uint16_t*>(master);
+    } else {
+      m.f32 = static_cast<float*>(master);
+    }
+    return m;
+  }
   bool fused_layernorm_fp8_ = true;  // see set_fused_layernorm_fp8
   Fp8Gemm fp8_gemm_ = Fp8Gemm::kAuto;  // see set_fp8_gemm
   Bf16Gemm bf16_gemm_ = Bf16Gemm::kAuto;  // see set_bf16_gemm

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/split_master.h"
 
 namespace boulder::kernels::cuda {
 namespace {
@@ -574,6 +575,98 @@ TEST_F(CudaOpsTest, SoftmaxCrossEntropyWithPadding) {
   }
 }
 
+// AdamW with the master weights split into the BF16 working weights and 16-bit low halves
+// (the default layout) against an FP32 master copy on the same inputs: the same FP32 masters
+// bit for bit (the update reads the same values), working weights their nearest BF16 (equal to
+// the FP32-copy path's round-to-even except on exact ties), over the 8-element path, its tail
+// and the element path (an odd offset), three steps.
+TEST_F(CudaOpsTest, AdamWSplitMasterMatchesFp32Master) {
+  const size_t n = 100003, n1 = 50005;
+  const std::vector<float> p0 = Random(n, rng_), g0 = Random(n, rng_, 0.01f);
+  std::vector<uint16_t> hi0(n), lo0(n);
+  for (size_t i = 0; i < n; ++i) SplitMaster(p0[i], &hi0[i], &lo0[i]);
+  auto alloc = [&](size_t bytes) {
+    absl::StatusOr<void*> a = gpu_->Alloc(bytes);
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.ok() ? *a : nullptr;
+  };
+  struct Run {
+    void *params, *master, *grads, *m, *v;
+  };
+  std::vector<float> zeros(n, 0.f);
+  auto make = [&](bool split) {
+    Run r{alloc(n * 2), alloc(n * (split ? 2 : 4)), alloc(n * 2), alloc(n * 4), alloc(n * 4)};
+    if (split) {
+      gpu_->CopyFromHost(r.params, hi0.data(), n * 2);
+      gpu_->CopyFromHost(r.master, lo0.data(), n * 2);
+    } else {
+      gpu_->CopyFromHostF32(r.params, DType::kBF16, p0.data(), n);
+      gpu_->CopyFromHostF32(r.master, DType::kF32, p0.data(), n);
+    }
+    gpu_->CopyFromHostF32(r.grads, DType::kBF16, g0.data(), n);
+    gpu_->CopyFromHostF32(r.m, DType::kF32, zeros.data(), n);
+    gpu_->CopyFromHostF32(r.v, DType::kF32, zeros.data(), n);
+    return r;
+  };
+  Run full = make(false), split = make(true);
+  float* norm_sq = static_cast<float*>(alloc(4));
+  gpu_->NormSquared(norm_sq, full.grads, n);
+  std::vector<uint8_t> mask(8 + n);
+  for (uint8_t& b : mask) b = std::uniform_int_distribution<int>(0, 1)(rng_);
+  const std::vector<uint8_t> bits = PackDecayBits(mask);
+  auto* gbits = static_cast<uint8_t*>(alloc(bits.size()));
+  gpu_->CopyFromHost(gbits, bits.data(), bits.size());
+  auto at = [](void* p, size_t elem, size_t i) { return static_cast<char*>(p) + elem * i; };
+  for (int t = 1; t <= 3; ++t) {
+    for (bool is_split : {false, true}) {
+      gpu_->set_split_master(is_split);
+      const Run& r = is_split ? split : full;
+      for (const auto& [lo, hi] : {std::pair<size_t, size_t>{0, n1}, {n1, n}}) {
+        gpu_->AdamW(at(r.params, 2, lo), at(r.master, is_split ? 2 : 4, lo), at(r.grads, 2, lo),
+                    at(r.m, 4, lo), at(r.v, 4, lo), DecayBits{gbits, 8 + lo}, hi - lo, 1e-3f, 0.9f,
+                    0.95f, 1e-8f, 0.1f, t, 1.f, norm_sq, 0.5f);
+      }
+    }
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  auto read = [&](const void* src, size_t bytes) {
+    std::vector<uint8_t> out(bytes);
+    gpu_->CopyToHost(out.data(), src, bytes);
+    return out;
+  };
+  std::vector<float> full_master(n);
+  gpu_->CopyToHostF32(full_master.data(), full.master, DType::kF32, n);
+  std::vector<uint16_t> full_w(n), split_w(n), split_lo(n);
+  gpu_->CopyToHost(full_w.data(), full.params, n * 2);
+  gpu_->CopyToHost(split_w.data(), split.params, n * 2);
+  gpu_->CopyToHost(split_lo.data(), split.master, n * 2);
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_EQ(read(full.m, n * 4), read(split.m, n * 4));
+  EXPECT_EQ(read(full.v, n * 4), read(split.v, n * 4));
+  size_t moved = 0, ties = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float joined = JoinMaster(split_w[i], split_lo[i]);
+    ASSERT_EQ(FloatBits(joined), FloatBits(full_master[i])) << i << ": " << joined << " vs "
+                                                            << full_master[i];
+    uint16_t want_hi = 0, want_lo = 0;
+    SplitMaster(full_master[i], &want_hi, &want_lo);
+    ASSERT_EQ(split_w[i], want_hi) << i;
+    if (split_lo[i] == 0x8000u) {
+      ++ties;
+    } else {
+      ASSERT_EQ(split_w[i], full_w[i]) << i;
+    }
+    moved += full_master[i] != p0[i];
+  }
+  EXPECT_GT(moved, n / 2);  // the steps did update the weights
+  EXPECT_LT(ties, n / 1000);
+  for (void* p : {full.params, full.master, full.grads, full.m, full.v, split.params, split.master,
+                  split.grads, split.m, split.v, static_cast<void*>(norm_sq),
+                  static_cast<void*>(gbits)}) {
+    gpu_->Free(p);
+  }
+}
+
 TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   const size_t n = 100003;
   Pair grads(cpu_.get(), gpu_.get(), n), ns(cpu_.get(), gpu_.get(), 1, DType::kF32);
@@ -583,6 +676,7 @@ TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   ExpectClose(ns, 1e-5, "norm squared");
 
   std::vector<float> p0 = Random(n, rng_);
+  gpu_->set_split_master(false);  // an FP32 master copy here (split: AdamWSplitMaster* below)
   Pair params(cpu_.get(), gpu_.get(), n), master(cpu_.get(), gpu_.get(), n, DType::kF32),
       m(cpu_.get(), gpu_.get(), n, DType::kF32), v(cpu_.get(), gpu_.get(), n, DType::kF32);
   params.Set(p0);

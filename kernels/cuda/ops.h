@@ -171,7 +171,14 @@ cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targ
 // step: null, or the device array AdamWStepValues wrote (lr and t are then taken from it).
 // decay_bits, decay_offset: Backend::AdamW's DecayBits (kernels/backend.h): element i decays
 // where bit decay_offset + i of decay_bits is set, or everywhere when decay_bits is null.
-cudaError_t AdamW(bf16* params, float* master, const bf16* grads, float* m, float* v,
+// master: the FP32 master weights, one of: none (both null: params are the weights), an FP32
+// copy (f32), or the low halves that with params' BF16 bits hold them (low, kernels/
+// split_master.h: params are read as the master's high halves and written as its rounding).
+struct AdamWMaster {
+  float* f32 = nullptr;
+  uint16_t* low = nullptr;
+};
+cudaError_t AdamW(bf16* params, AdamWMaster master, const bf16* grads, float* m, float* v,
                   const uint8_t* decay_bits, size_t decay_offset, size_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t, float grad_scale,
                   const float* norm_sq, float max_norm, const float* step, cudaStream_t s);

@@ -52,8 +52,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Create(const comm::C
   }
   if (model->master_params() != nullptr) {
     if (absl::Status s = dp->comm_->Broadcast(
-            model->master_params(),
-            model->num_trainable_params() * kernels::DTypeSize(backend->state_dtype()), 0);
+            model->master_params(), model->master_bytes(), 0);
         !s.ok()) {
       return s;
     }
@@ -159,8 +158,7 @@ absl::StatusOr<uint64_t> DataParallel::LocalChecksum() {
       model_->params(), model_->num_params() * kernels::DTypeSize(backend_->compute_dtype()));
   if (!h.ok() || model_->master_params() == nullptr) return h;
   absl::StatusOr<uint64_t> master = backend_->Checksum(
-      model_->master_params(),
-      model_->num_trainable_params() * kernels::DTypeSize(backend_->state_dtype()));
+      model_->master_params(), model_->master_bytes());
   if (!master.ok()) return master.status();
   return *h ^ (*master + 0x9e3779b97f4a7c15ull + (*h << 6) + (*h >> 2));
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/split_master.h"
 
 namespace boulder::engine {
 namespace {
@@ -75,6 +76,7 @@ absl::Status Model::Allocate() {
   const ModelConfig& c = options_.config;
   elem_ = kernels::DTypeSize(backend_->compute_dtype());
   state_elem_ = kernels::DTypeSize(backend_->state_dtype());
+  master_elem_ = backend_->master_bytes_per_param();
   const size_t n = layout_.num_params();
 
   // Trainable tensors, merged into runs where they are adjacent in the layout.
@@ -115,9 +117,7 @@ absl::Status Model::Allocate() {
   if (s.ok()) s = alloc(nt * state_elem_, &m_);
   if (s.ok()) s = alloc(nt * state_elem_, &v_);
   if (s.ok()) s = alloc((nt + 7) / 8, &decay_bits_);
-  if (s.ok() && backend_->state_dtype() != backend_->compute_dtype()) {
-    s = alloc(nt * state_elem_, &master_);
-  }
+  if (s.ok() && master_elem_ > 0) s = alloc(nt * master_elem_, &master_);
   if (!s.ok()) return s;
 
   if (s = SetParameters(layout_.InitialValues(options_.seed)); !s.ok()) return s;
@@ -224,7 +224,7 @@ absl::Status Model::Allocate() {
 
 size_t Model::total_bytes() const {
   const size_t n = layout_.num_params(), nt = num_trainable_;
-  return n * elem_ + nt * elem_ + (master_ != nullptr ? 3 : 2) * nt * state_elem_ + (nt + 7) / 8 +
+  return n * elem_ + nt * elem_ + 2 * nt * state_elem_ + nt * master_elem_ + (nt + 7) / 8 +
          arena_bytes_ + fp8_bytes_;
 }
 
@@ -232,15 +232,64 @@ absl::StatusOr<std::vector<float>> Model::GetParameters() {
   const size_t n = layout_.num_params();
   std::vector<float> out(n);
   backend_->CopyToHostF32(out.data(), params_, backend_->compute_dtype(), n);
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
   if (master_ != nullptr) {
+    absl::StatusOr<std::vector<float>> master = ReadMasterF32();
+    if (!master.ok()) return master.status();
     for (const TrainableRun& r : runs_) {
-      backend_->CopyToHostF32(out.data() + r.param_offset,
-                              Advance(master_, r.grad_offset * state_elem_),
-                              backend_->state_dtype(), r.numel);
+      std::copy_n(master->data() + r.grad_offset, r.numel, out.data() + r.param_offset);
     }
   }
-  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
   return out;
+}
+
+bool Model::split_master() const {
+  return master_ != nullptr &&
+         backend_->master_layout() == kernels::Backend::MasterLayout::kBf16LowHalves;
+}
+
+absl::StatusOr<std::vector<float>> Model::ReadMasterF32() const {
+  const size_t nt = num_trainable_;
+  std::vector<float> out(master_ != nullptr ? nt : 0);
+  if (master_ == nullptr) return out;
+  if (!split_master()) {
+    backend_->CopyToHostF32(out.data(), master_, backend_->state_dtype(), nt);
+    if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+    return out;
+  }
+  // The high halves are the trainable parameters' BF16 bits, in gradient order.
+  std::vector<uint16_t> hi(nt), lo(nt);
+  for (const TrainableRun& r : runs_) {
+    backend_->CopyToHost(hi.data() + r.grad_offset, Advance(params_, r.param_offset * elem_),
+                         r.numel * sizeof(uint16_t));
+  }
+  backend_->CopyToHost(lo.data(), master_, nt * sizeof(uint16_t));
+  if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;
+  for (size_t i = 0; i < nt; ++i) out[i] = kernels::JoinMaster(hi[i], lo[i]);
+  return out;
+}
+
+absl::Status Model::WriteMasterF32(absl::Span<const float> values) {
+  const size_t nt = num_trainable_;
+  if (master_ == nullptr) {
+    return absl::FailedPreconditionError("master weights: this model keeps none");
+  }
+  if (values.size() != nt) {
+    return absl::InvalidArgumentError(absl::StrCat("master weights: got ", values.size(),
+                                                   " values for ", nt, " trainable parameters"));
+  }
+  if (!split_master()) {
+    backend_->CopyFromHostF32(master_, backend_->state_dtype(), values.data(), nt);
+    return backend_->Synchronize();
+  }
+  std::vector<uint16_t> hi(nt), lo(nt);
+  for (size_t i = 0; i < nt; ++i) kernels::SplitMaster(values[i], &hi[i], &lo[i]);
+  for (const TrainableRun& r : runs_) {
+    backend_->CopyFromHost(Advance(params_, r.param_offset * elem_), hi.data() + r.grad_offset,
+                           r.numel * sizeof(uint16_t));
+  }
+  backend_->CopyFromHost(master_, lo.data(), nt * sizeof(uint16_t));
+  return backend_->Synchronize();
 }
 
 absl::Status Model::SetParameters(const std::vector<float>& values) {
@@ -251,10 +300,12 @@ absl::Status Model::SetParameters(const std::vector<float>& values) {
   }
   backend_->CopyFromHostF32(params_, backend_->compute_dtype(), values.data(), n);
   if (master_ != nullptr) {
+    // The trainable parameters' master copies (with split masters, their working weights too).
+    std::vector<float> master(num_trainable_);
     for (const TrainableRun& r : runs_) {
-      backend_->CopyFromHostF32(Advance(master_, r.grad_offset * state_elem_),
-                                backend_->state_dtype(), values.data() + r.param_offset, r.numel);
+      std::copy_n(values.data() + r.param_offset, r.numel, master.data() + r.grad_offset);
     }
+    return WriteMasterF32(master);
   }
   return backend_->Synchronize();
 }

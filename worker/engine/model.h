@@ -260,9 +260,16 @@ class Model {
   // the frozen ones left out (the same layout when nothing is frozen). logits() is [rows, Vp]
   // compute-dtype: the logits after ForwardLogits(), their gradient after a training Forward().
   void* params() const { return params_; }
-  // The FP32 master weights (num_trainable_params() state-dtype elements, as master()), or
-  // null when the parameters are kept in the state dtype already.
+  // The master weights (num_trainable_params() elements of master_bytes() / that many bytes,
+  // as Backend::master_layout() says; with kBf16LowHalves, params() holds their high halves),
+  // or null when the parameters are kept in the state dtype already.
   void* master_params() const { return master_; }
+  size_t master_bytes() const { return num_trainable_ * master_elem_; }
+  // The master weights as FP32 values, num_trainable_params() in gradient order (empty where
+  // there are none), and writing them (with split masters, the trainable working weights too:
+  // their rounded high halves). Both synchronise. For checkpoints and GetParameters().
+  absl::StatusOr<std::vector<float>> ReadMasterF32() const;
+  absl::Status WriteMasterF32(absl::Span<const float> values);
   // Flushes a pending ZeroGrad() first (FlushPendingZeroGrad), so what it points at is the
   // gradients once the work enqueued so far has run.
   void* grads() {
@@ -275,6 +282,8 @@ class Model {
   void* adam_m() const { return m_; }
   void* adam_v() const { return v_; }
   void* master() const { return master_; }
+  // Whether master() holds low halves (Backend::MasterLayout::kBf16LowHalves).
+  bool split_master() const;
   const void* logits() const { return act_.logits; }
 
  private:
@@ -389,6 +398,7 @@ class Model {
   void* params_ = nullptr;
   void* grads_ = nullptr;
   void* master_ = nullptr;  // null when state dtype == compute dtype
+  size_t master_elem_ = 0;  // bytes per trainable parameter of master_
   void* m_ = nullptr;
   void* v_ = nullptr;
   uint8_t* decay_bits_ = nullptr;  // kernels::DecayBits of the trainable parameters

@@ -76,6 +76,7 @@ class RecordingBackend final : public kernels::Backend {
   std::string name() const override { return "recording-cpu"; }
   kernels::DType compute_dtype() const override { return be_->compute_dtype(); }
   kernels::DType state_dtype() const override { return be_->state_dtype(); }
+  MasterLayout master_layout() const override { return be_->master_layout(); }
   absl::StatusOr<void*> Alloc(size_t bytes) override {
     Forbid("Alloc");
     return be_->Alloc(bytes);

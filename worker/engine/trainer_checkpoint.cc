@@ -1,5 +1,6 @@
 #include "worker/engine/trainer_checkpoint.h"
 
+#include <cstring>
 #include <map>
 #include <utility>
 #include <vector>
@@ -92,14 +93,27 @@ absl::Status SaveTrainerCheckpoint(kernels::Backend& backend, const Model& model
   const std::vector<char> params = ToHost(backend, model.params(), pbytes);
   const std::vector<char> m = ToHost(backend, model.adam_m(), sbytes);
   const std::vector<char> v = ToHost(backend, model.adam_v(), sbytes);
-  std::vector<char> master;
-  if (model.master() != nullptr) master = ToHost(backend, model.master(), sbytes);
+  // The master weights as FP32 values whatever the backend's layout (split ones joined), so a
+  // checkpoint reads the same on any build.
+  std::vector<float> master;
+  if (model.master() != nullptr) {
+    absl::StatusOr<std::vector<float>> read = model.ReadMasterF32();
+    if (!read.ok()) return read.status();
+    master = *std::move(read);
+    if (master.size() * sizeof(float) != sbytes) {
+      return absl::InternalError(absl::StrCat("master weights: ", master.size() * sizeof(float),
+                                              " bytes, expected ", sbytes));
+    }
+  }
 
   std::vector<CheckpointSectionRef> sections = {
       {"meta", meta.data(), meta.size()},
       {"params", params.data(), params.size()},
   };
-  if (model.master() != nullptr) sections.push_back({"master", master.data(), master.size()});
+  if (model.master() != nullptr) {
+    sections.push_back(
+        {"master", reinterpret_cast<const char*>(master.data()), master.size() * sizeof(float)});
+  }
   sections.push_back({"adam_m", m.data(), m.size()});
   sections.push_back({"adam_v", v.data(), v.size()});
   sections.push_back({"data", data.data(), data.size()});
@@ -170,7 +184,9 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
   std::vector<Target> targets = {{"params", model.params(), pbytes},
                                  {"adam_m", model.adam_m(), sbytes},
                                  {"adam_v", model.adam_v(), sbytes}};
-  if (model.master() != nullptr) targets.push_back({"master", model.master(), sbytes});
+  // The master weights are FP32 values in the file, written through the model (which splits
+  // them where the backend keeps them split); not a raw copy.
+  if (model.master() != nullptr) targets.push_back({"master", nullptr, sbytes});
   for (const Target& t : targets) {
     const std::string* bytes = ckpt.Find(t.name);
     if (bytes == nullptr) return fail(absl::StrCat("no ", t.name, " section"));
@@ -205,9 +221,16 @@ absl::StatusOr<std::optional<ResumePoint>> RestoreTrainerCheckpoint(
                             spec.precision()));
   }
   for (const Target& t : targets) {
-    backend.CopyFromHost(t.device, ckpt.Find(t.name)->data(), t.bytes);
+    if (t.device != nullptr) backend.CopyFromHost(t.device, ckpt.Find(t.name)->data(), t.bytes);
   }
   if (absl::Status s = backend.Synchronize(); !s.ok()) return s;
+  if (model.master() != nullptr) {
+    // After the params: with split masters this also rewrites the trainable working weights.
+    const std::string& bytes = *ckpt.Find("master");
+    std::vector<float> master(bytes.size() / sizeof(float));
+    std::memcpy(master.data(), bytes.data(), master.size() * sizeof(float));
+    if (absl::Status s = model.WriteMasterF32(master); !s.ok()) return s;
+  }
   return std::optional<ResumePoint>(std::move(point));
 }
 
