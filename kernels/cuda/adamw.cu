@@ -1,11 +1,11 @@
 // AdamW over the one flat parameter buffer: FP32 master weights and moments, BF16 working
-// weights and gradients. The master weights are an FP32 copy or (BOULDER_MASTER_WEIGHTS=split) the working
-// weights' bits and a 16-bit low half each (kernels/split_master.h: the same FP32 values, 26
-// bytes moved per parameter instead of 28). The clipping factor is computed on the device from the gradient's
-// sum of squares, so the step needs no host sync (and can live in a CUDA graph). The learning
-// rate and the bias corrections come either as arguments or, for a recorded step, from a device
-// array written before each replay (AdamWStepValues); both forms run the same kernel, so their
-// results are bit-identical. The device-array form can also skip the whole update when the
+// weights and gradients. The master weights are an FP32 copy or (BOULDER_MASTER_WEIGHTS=split)
+// the working weights' bits and a 16-bit low half each (kernels/split_master.h: the same FP32
+// values, 26 bytes moved per parameter instead of 28). The clipping factor is computed on the
+// device from the gradient's sum of squares, so the step needs no host sync (and can live in a
+// CUDA graph). The learning rate and the bias corrections come either as arguments or, for a
+// recorded step, from a device array written before each replay (AdamWStepValues); both forms
+// run the same kernel, so their results are bit-identical. The device-array form can also skip the whole update when the
 // gradient norm is not finite (an FP8 step replayed from a graph).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
@@ -154,9 +154,9 @@ cudaError_t AdamW(bf16* params, AdamWMaster master, const bf16* grads, float* m,
   if (weight_decay == 0.f) decay_bits = nullptr;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const size_t groups = n / 8;
-  const bool vec8 = groups > 0 && aligned(params) && aligned(master.f32) &&
-                    aligned(master.low) && aligned(grads) &&
-                    aligned(m) && aligned(v) && (decay_bits == nullptr || decay_offset % 8 == 0);
+  const bool vec8 = groups > 0 && aligned(params) && aligned(master.f32) && aligned(master.low) &&
+                    aligned(grads) && aligned(m) && aligned(v) &&
+                    (decay_bits == nullptr || decay_offset % 8 == 0);
   if (vec8) {
     AdamWKernel<true><<<CeilDiv(groups, 256), 256, 0, s>>>(
         params, master, grads, m, v, decay_bits, decay_offset, n, lr, beta1, beta2, eps,

@@ -29,6 +29,20 @@ float BF16BitsToF32(uint16_t b) {
   return f;
 }
 
+// A two-valued setting from the environment: unset or empty leaves *out as it is, `yes` sets
+// it true, `no` false; anything else is INVALID_ARGUMENT naming the variable and the choices.
+absl::Status ReadEnvSwitch(const char* name, const char* yes, const char* no, bool* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return absl::OkStatus();
+  const std::string choice = v;
+  if (choice != yes && choice != no) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "=", choice, ": expected ", yes, " or ", no));
+  }
+  *out = choice == yes;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
@@ -87,21 +101,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           common::kEnvBf16GemmTile, "=", choice, ": expected auto, 256, 128 or pingpong"));
     }
   }
-  if (const char* v = std::getenv(common::kEnvFp8GemmGelu); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "on" && choice != "off") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(common::kEnvFp8GemmGelu, "=", choice, ": expected on or off"));
-    }
-    b->fp8_gemm_gelu_ = choice == "on";
+  if (absl::Status s = ReadEnvSwitch(common::kEnvFp8GemmGelu, "on", "off", &b->fp8_gemm_gelu_);
+      !s.ok()) {
+    return s;
   }
-  if (const char* v = std::getenv(common::kEnvFp8AttentionCast); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "on" && choice != "off") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(common::kEnvFp8AttentionCast, "=", choice, ": expected on or off"));
-    }
-    b->fp8_attention_cast_ = choice == "on";
+  if (absl::Status s =
+          ReadEnvSwitch(common::kEnvFp8AttentionCast, "on", "off", &b->fp8_attention_cast_);
+      !s.ok()) {
+    return s;
   }
   if (const char* v = std::getenv(common::kEnvAttentionDq); v != nullptr && *v != '\0') {
     const std::string choice = v;
@@ -114,13 +121,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           common::kEnvAttentionDq, "=", choice, ": expected auto, recompute or stored"));
     }
   }
-  if (const char* v = std::getenv(common::kEnvMasterWeights); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "split" && choice != "fp32") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(common::kEnvMasterWeights, "=", choice, ": expected split or fp32"));
-    }
-    b->split_master_ = choice == "split";
+  if (absl::Status s = ReadEnvSwitch(common::kEnvMasterWeights, "split", "fp32", &b->split_master_);
+      !s.ok()) {
+    return s;
   }
   b->device_ = device;
   b->device_name_ = prop.name;
