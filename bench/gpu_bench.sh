@@ -7,7 +7,7 @@
 #
 #   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
 #                             [--precisions "bf16 fp8"] [--modes "eager compile reduce-overhead"]
-#                             [--cuda-graph "auto off"] [--deterministic]
+#                             [--cuda-graph "auto off"] [--deterministic] [--set "KEY=VALUE ..."]
 #
 # Boulder runs once per precision (bf16, and fp8: delayed scaling, needs compute capability
 # 8.9+; each row's precision column says which); PyTorch runs in BF16 autocast.
@@ -17,6 +17,8 @@
 # --deterministic also times each Boulder precision with training.deterministic: true (GEMM
 # algorithms the heuristic's first pick instead of autotuned; attention on sm_80 without
 # atomics), as implementation "boulder-deterministic": what bit-reproducible runs cost.
+# --set adds spec settings to every Boulder run (e.g. "training.activation_checkpointing=gelu",
+# for A/B runs against another setting than the default; the rows do not record them).
 # --modes picks the PyTorch modes (default all three); --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
 # per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
@@ -34,12 +36,14 @@ PRECISIONS="bf16 fp8"
 MODES="eager compile reduce-overhead"
 GRAPHS="auto"
 DETERMINISTIC=0
+EXTRA=()
 while (($#)); do
   case "$1" in
     --deterministic) DETERMINISTIC=1; shift ;;
     --cuda-graph) GRAPHS=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --set) for kv in $2; do EXTRA+=(--set "$kv"); done; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
@@ -72,7 +76,7 @@ for w in $WORKLOADS; do
   for p in $PRECISIONS; do
     common=(--spec examples/minigpt.yaml "${model[@]}" --set training.batch_size=$B
             --set training.seq_len=$T --set training.log_every_steps=1 --set generation.tokens=0
-            --set precision=$p --backend cuda)
+            --set precision=$p --backend cuda "${EXTRA[@]}")
     if ((PROFILE)); then
       BOULDER_PROFILE_KERNELS=1 "$TRAINER" "${common[@]}" --set training.steps=12 \
           > "$OUT/profile-$w-$p.log" 2>&1

@@ -52,11 +52,10 @@ inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 // other value fails the job at start.
 inline constexpr char kEnvWeightGradOverwrite[] = "BOULDER_WEIGHT_GRAD_OVERWRITE";
 
-// How the cuda backend keeps the FP32 master weights (Backend::master_layout): "fp32" (the
-// default for now: a separate FP32 copy) or "split" (the BF16 working weight and a 16-bit low
-// half, kernels/split_master.h: the same FP32 values in 2 bytes per parameter less memory and
-// AdamW traffic; the default once it has run on a GPU). Any other value fails the CUDA
-// backend's creation.
+// How the cuda backend keeps the FP32 master weights (Backend::master_layout): "split" (the
+// default: the BF16 working weight and a 16-bit low half, kernels/split_master.h: the same FP32
+// values in 2 bytes per parameter less memory and AdamW traffic) or "fp32" (a separate FP32
+// copy, as before; for benchmarks). Any other value fails the CUDA backend's creation.
 inline constexpr char kEnvMasterWeights[] = "BOULDER_MASTER_WEIGHTS";
 
 // NCCL's switch for NVLink SHARP multicast. The NCCL communicator (worker/comm) sets it to "0"

@@ -54,19 +54,23 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   const int64_t n =
       Vp * C + m.context() * C + L * per_layer + 2 * C + (m.tie_embeddings() ? 0 : Vp * C);
   constexpr int64_t kState = 4;  // FP32 moments and master weights
+  // The cuda backend keeps a BF16 model's FP32 master as the BF16 weight plus a 16-bit low
+  // half (Backend::MasterLayout::kBf16LowHalves, its default): 2 more bytes per parameter.
+  const int64_t master = elem == kState ? 0 : (backend == "cuda" ? 2 : kState);
 
   MemoryEstimate e;
   e.num_params = n;
   e.params_bytes = n * elem;
   e.grads_bytes = n * elem;
-  e.optimizer_bytes = 2 * n * kState + (n + 7) / 8 + (elem != kState ? n * kState : 0);
+  e.optimizer_bytes = 2 * n * kState + (n + 7) / 8 + n * master;
 
   const int64_t R = std::max<int64_t>(
       int64_t{resolved.training().batch_size()} * resolved.training().seq_len(), m.context());
   const int64_t f = 4;  // float statistics
   int64_t a = 2 * AlignUp(R * 4) + AlignUp(R * C * elem);
   // A layer's inner activations (ln1 .. ln2 and their statistics), its fc1 output (the
-  // pre-activation) and its output; GELU's output is one buffer shared by all layers.
+  // pre-activation) and its output; GELU's output per layer too in "none" without FP8, else
+  // one buffer shared by all layers.
   const int64_t inner = AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * 3 * C * elem) +
                         AlignUp(R * C * elem) + AlignUp(R * NH * f) + AlignUp(R * C * elem) +
                         AlignUp(R * C * elem) + 2 * AlignUp(R * f);
@@ -79,14 +83,18 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   } else if (fp8) {  // ln1 and ln2 (the FP8 casts' inputs) shared by all layers
     const int64_t ln = 2 * AlignUp(R * C * elem);
     a += ln + L * (inner - ln + ffn + out);
-  } else {
+  } else if (recompute == "gelu") {
     a += L * (inner + ffn + out);
+  } else {  // "none": GELU's output kept per layer
+    a += L * (inner + 2 * ffn + out);
   }
   // The training micro-batch's rows (the FP8 buffers' N).
   const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
-  // GELU's output; in FP8 also the backward's FP8 output gradient and its transpose
+  // GELU's shared output; in FP8 also the backward's FP8 output gradient and its transpose
   // (model_fp8.cc), one byte per element.
-  a += AlignUp(std::max(R * F * elem, fp8 ? 2 * AlignUp(N * std::max(3 * C, F)) : 0));
+  if (fp8 || recompute != "none") {
+    a += AlignUp(std::max(R * F * elem, fp8 ? 2 * AlignUp(N * std::max(3 * C, F)) : 0));
+  }
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);
   // The backward scratch: dresidual, dln, datty, scratch; dqkv (in FP8 also the FP8 input
   // scratch); dfc; the norm.

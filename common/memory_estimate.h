@@ -3,10 +3,11 @@
 //
 // It follows the engine's allocation exactly (worker/engine/model.cc, checked by
 // worker/engine/memory_estimate_test.cc): parameters and gradients in the compute dtype,
-// AdamW moments (and FP32 master weights when the compute dtype is narrower) in FP32, a
+// AdamW moments in FP32 (and FP32 master weights when the compute dtype is narrower: on cuda
+// as the BF16 weights plus 16-bit low halves, Backend::MasterLayout::kBf16LowHalves), a
 // one-bit-per-parameter weight-decay mask, and one activation arena for max(batch*seq_len, context)
 // token rows (every sub-buffer 64-byte aligned) laid out as training.activation_checkpointing
-// ("none", "mlp", "full"; empty reads as none) says. Precision fp8 trains in the backend's
+// ("none", "gelu", "mlp", "full"; empty reads as none) says. Precision fp8 trains in the backend's
 // compute dtype (bf16 on cuda, fp32 on the cpu emulation) and adds the FP8 buffers of
 // worker/engine/model_fp8.cc: the scaling state (scales, amaxes, histories, counters), one
 // shared FP8 weight transpose, and per layer and Linear the FP8 weight (the backward

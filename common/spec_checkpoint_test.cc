@@ -94,7 +94,8 @@ TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
   absl::StatusOr<MemoryEstimate> gpu = EstimateTrainingMemory(*spec, "bf16", "cuda");
   ASSERT_TRUE(gpu.ok());
   EXPECT_EQ(gpu->params_bytes, 2 * n);
-  EXPECT_EQ(gpu->optimizer_bytes, 12 * n + (n + 7) / 8);  // m, v, master, decay bits
+  // m, v, the master's 16-bit low halves (the cuda backend's split master), decay bits.
+  EXPECT_EQ(gpu->optimizer_bytes, 10 * n + (n + 7) / 8);
   EXPECT_EQ(gpu->runtime_bytes, kCudaRuntimeReserveBytes);
   EXPECT_THAT(FormatMemoryEstimate(*gpu), HasSubstr("CUDA runtime 1.00 GiB"));
 }
@@ -102,61 +103,79 @@ TEST(MemoryEstimateTest, SeedModelOnCpuAndCuda) {
 TEST(MemoryEstimateTest, Fp8AddsItsBuffersToTheBf16Estimate) {
   // The seed job in FP8 on the GPU: BF16 parameters, gradients, optimizer state and
   // activations, plus the FP8 buffers (worker/engine/resume_test.cc checks them against the
-  // model's allocation).
-  absl::StatusOr<v1::JobSpec> spec = Load("precision: fp8");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
-  absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
-  ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
-  EXPECT_EQ(bf16->fp8_bytes, 0);
-  EXPECT_EQ(fp8->params_bytes, bf16->params_bytes);
-  // FP8 without recompute keeps one pair of LayerNorm outputs for all 4 layers (its backward
-  // reads the FP8 transposes): 3 layers x 2 x [8192 x 768] BF16 fewer.
-  // The FP8 cast scratch fits in the arena's GELU buffer (2·N·max(3C,F) bytes against
-  // [8192 x 3072] BF16) and dqkv (N·max(C,F) against [8192 x 2304] BF16) as they are.
-  const int64_t shared_ln = 3 * 2 * int64_t{8192} * 768 * 2;
-  EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes - shared_ln);
-  // 4 layers, C 768, F 3072, history 16: per layer the FP8 weights 3C² + C² + 2CF bytes (no
-  // input transposes: the backward recomputes them) and, since FP8 stays under BF16 with them,
-  // their transposes as many bytes (else one shared weight transpose C·max(3C,F)), and 48
-  // tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot, a 16-entry history,
-  // 3 uint64 counters each; every region 256-byte aligned).
-  const int64_t C = 768, F = 3072, L = 4;
-  const int64_t layers = L * (4 * C * C + 2 * C * F);
-  const int64_t discard = 32;      // the recompute's discard slot
-  const int64_t shared_t = C * F;  // F > 3C
-  const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
-  EXPECT_TRUE(fp8->fp8_keeps_weight_transposes);
-  // Not the LayerNorms' input transposes: 4 x 2 x [768 x 8192] would take FP8 past BF16.
-  EXPECT_FALSE(fp8->fp8_keeps_ln_input_transposes);
-  EXPECT_EQ(fp8->fp8_bytes, 2 * layers + discard + state);
-  EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes - shared_ln);
-  EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
-  EXPECT_THAT(FormatMemoryEstimate(*fp8), HasSubstr(", FP8 0."));
-  // Emulated on the cpu: FP32 elsewhere, and the shared transpose.
-  absl::StatusOr<MemoryEstimate> emulated = EstimateTrainingMemory(*spec, "fp8", "cpu");
-  ASSERT_TRUE(emulated.ok());
-  EXPECT_EQ(emulated->params_bytes, 2 * fp8->params_bytes);
-  EXPECT_FALSE(emulated->fp8_keeps_weight_transposes);
-  EXPECT_EQ(emulated->fp8_bytes, layers + shared_t + discard + state);
+  // model's allocation). FP8 never keeps GELU's output, so activation_checkpointing "gelu" and
+  // "none" are one FP8 layout; BF16 "none" keeps GELU's output per layer, which leaves FP8
+  // room for more kept transposes.
+  for (const std::string ckpt : {"gelu", "none"}) {
+    SCOPED_TRACE(ckpt);
+    absl::StatusOr<v1::JobSpec> spec =
+        Load("precision: fp8\ntraining: {activation_checkpointing: " + ckpt + "}");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
+    absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
+    ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
+    EXPECT_EQ(bf16->fp8_bytes, 0);
+    EXPECT_EQ(fp8->params_bytes, bf16->params_bytes);
+    // FP8 without recompute keeps one pair of LayerNorm outputs for all 4 layers (its backward
+    // reads the FP8 transposes): 3 layers x 2 x [8192 x 768] BF16 fewer; against BF16 "none"
+    // also 3 layers' GELU outputs [8192 x 3072] fewer.
+    // The FP8 cast scratch fits in the arena's GELU buffer (2·N·max(3C,F) bytes against
+    // [8192 x 3072] BF16) and dqkv (N·max(C,F) against [8192 x 2304] BF16) as they are.
+    const int64_t shared_ln = 3 * 2 * int64_t{8192} * 768 * 2;
+    const int64_t gelu = ckpt == "none" ? 3 * int64_t{8192} * 3072 * 2 : 0;
+    EXPECT_EQ(fp8->activations_bytes, bf16->activations_bytes - shared_ln - gelu);
+    // 4 layers, C 768, F 3072, history 16: per layer the FP8 weights 3C² + C² + 2CF bytes (no
+    // input transposes: the backward recomputes them) and, since FP8 stays under BF16 with
+    // them, their transposes as many bytes (else one shared weight transpose C·max(3C,F)), and
+    // 48 tensors' scaling state (3 float vectors, scale_inv on a 256-byte slot, a 16-entry
+    // history, 3 uint64 counters each; every region 256-byte aligned).
+    const int64_t C = 768, F = 3072, L = 4, N = 8192;
+    const int64_t layers = L * (4 * C * C + 2 * C * F);
+    const int64_t discard = 32;      // the recompute's discard slot
+    const int64_t shared_t = C * F;  // F > 3C
+    const int64_t state = 3 * 256 + 48 * 256 + 3072 + 1280;
+    EXPECT_TRUE(fp8->fp8_keeps_weight_transposes);
+    // The LayerNorms' input transposes, 4 x 2 x [768 x 8192], take FP8 past BF16 "gelu" but
+    // fit within BF16 "none".
+    const int64_t ln_t = L * 2 * C * N;
+    EXPECT_EQ(fp8->fp8_keeps_ln_input_transposes, ckpt == "none");
+    EXPECT_EQ(fp8->fp8_bytes, 2 * layers + discard + state + (ckpt == "none" ? ln_t : 0));
+    EXPECT_EQ(fp8->total_bytes, bf16->total_bytes + fp8->fp8_bytes - shared_ln - gelu);
+    EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
+    EXPECT_THAT(FormatMemoryEstimate(*fp8), HasSubstr(", FP8 0."));
+    // Emulated on the cpu: FP32 elsewhere, and the shared transpose.
+    absl::StatusOr<MemoryEstimate> emulated = EstimateTrainingMemory(*spec, "fp8", "cpu");
+    ASSERT_TRUE(emulated.ok());
+    EXPECT_EQ(emulated->params_bytes, 2 * fp8->params_bytes);
+    EXPECT_FALSE(emulated->fp8_keeps_weight_transposes);
+    EXPECT_EQ(emulated->fp8_bytes, layers + shared_t + discard + state);
+  }
 }
 
 // The weight transposes are kept only where FP8 then still fits in the job's BF16 memory: the
-// benchmark's hidden-2048 job (8 x 1024 rows, 8 layers of 2048 / 8192) has 48 MiB between the
-// two, less than its 403 MB of transposes.
+// benchmark's hidden-2048 job (8 x 1024 rows, 8 layers of 2048 / 8192) with GELU recomputed
+// ("gelu") has 48 MiB between the two, less than its 403 MB of transposes. Without
+// recompute BF16 keeps 7 more [8192 x 8192] GELU outputs (896 MiB), and FP8 keeps both the
+// weight transposes and qkv's and fc1's input transposes (256 MiB).
 TEST(MemoryEstimateTest, Fp8KeepsWeightTransposesOnlyWithinBf16Memory) {
-  absl::StatusOr<v1::JobSpec> spec = Load(
-      "precision: fp8\nmodel: {hidden: 2048, heads: 16, layers: 8, ffn: 8192, context: "
-      "1024}\ntraining: {batch_size: 8, seq_len: 1024}");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
-  absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
-  ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
-  EXPECT_FALSE(fp8->fp8_keeps_weight_transposes);
-  EXPECT_FALSE(fp8->fp8_keeps_ln_input_transposes);
-  EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
   const int64_t C = 2048, F = 8192, L = 8;
-  EXPECT_GT(fp8->total_bytes + L * (4 * C * C + 2 * C * F) - C * F, bf16->total_bytes);
+  for (const std::string ckpt : {"gelu", "none"}) {
+    SCOPED_TRACE(ckpt);
+    absl::StatusOr<v1::JobSpec> spec = Load(
+        "precision: fp8\nmodel: {hidden: 2048, heads: 16, layers: 8, ffn: 8192, context: "
+        "1024}\ntraining: {batch_size: 8, seq_len: 1024, activation_checkpointing: " +
+        ckpt + "}");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<MemoryEstimate> bf16 = EstimateTrainingMemory(*spec, "bf16", "cuda");
+    absl::StatusOr<MemoryEstimate> fp8 = EstimateTrainingMemory(*spec, "fp8", "cuda");
+    ASSERT_TRUE(bf16.ok() && fp8.ok()) << fp8.status();
+    EXPECT_EQ(fp8->fp8_keeps_weight_transposes, ckpt == "none");
+    EXPECT_EQ(fp8->fp8_keeps_ln_input_transposes, ckpt == "none");
+    EXPECT_LE(fp8->total_bytes, bf16->total_bytes);
+    if (ckpt == "gelu") {
+      EXPECT_GT(fp8->total_bytes + L * (4 * C * C + 2 * C * F) - C * F, bf16->total_bytes);
+    }
+  }
 }
 
 // GPT-2 (16 x 1024 rows, 12 layers of 768 / 3072, untied head) has room for both: 81 MiB of

@@ -53,7 +53,7 @@ constexpr absl::string_view kPrecisions[] = {"auto", "fp32", "bf16", "fp8"};
 constexpr absl::string_view kBackends[] = {"auto", "cpu", "cuda"};
 constexpr absl::string_view kSchedules[] = {"constant", "cosine", "linear"};
 constexpr absl::string_view kSources[] = {"arithmetic", "token_files"};
-constexpr absl::string_view kCheckpointing[] = {"none", "mlp", "full"};
+constexpr absl::string_view kCheckpointing[] = {"none", "gelu", "mlp", "full"};
 constexpr absl::string_view kFp8Formats[] = {"hybrid", "e4m3"};
 constexpr absl::string_view kAmaxAlgos[] = {"max", "most_recent"};
 // cuBLASLt's FP8 GEMMs need every dimension to be a multiple of 16.

@@ -488,7 +488,7 @@ INSTANTIATE_TEST_SUITE_P(
                     "training.freeze_layers[0]: expected a 32-bit integer, got 'a'"},
         ResolveCase{"training: {activation_checkpointing: some}",
                     "training.activation_checkpointing: unknown activation_checkpointing mode "
-                    "'some' (one of none, mlp, full)"},
+                    "'some' (one of none, gelu, mlp, full)"},
         ResolveCase{"data: {max_stride: 0}", "data.max_stride: must be at least 1, got 0"},
         ResolveCase{"data: {max_stride: 96}", "data.max_stride: must be at most 95, got 96"},
         ResolveCase{"training: {steps: 0}", "training.steps: must be at least 1, got 0"},

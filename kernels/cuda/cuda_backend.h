@@ -36,8 +36,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType compute_dtype() const override { return DType::kBF16; }
   DType state_dtype() const override { return DType::kF32; }
-  // kBf16LowHalves with BOULDER_MASTER_WEIGHTS=split (common/env.h) or set_split_master(true);
-  // kStateDtype (an FP32 copy) by default until the split form has run on a GPU.
+  // kBf16LowHalves by default; kStateDtype (an FP32 copy) with BOULDER_MASTER_WEIGHTS=fp32
+  // (common/env.h) or set_split_master(false).
   MasterLayout master_layout() const override {
     return split_master_ ? MasterLayout::kBf16LowHalves : MasterLayout::kStateDtype;
   }
@@ -288,7 +288,7 @@ class CudaBackend final : public Backend {
   bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
   cuda::AttentionDq attention_dq_ = cuda::AttentionDq::kAuto;  // see set_attention_dq
-  bool split_master_ = false;  // see master_layout
+  bool split_master_ = true;  // see master_layout
   cuda::AdamWMaster MasterOf(void* master) const {
     cuda::AdamWMaster m;
     if (split_master_) {

@@ -115,6 +115,20 @@ TEST(Fp8RecomputeTest, TrainsLikeKeepingEveryTransposeInEveryCheckpointingMode) 
   }
 }
 
+// FP8 never keeps GELU's output (fc2's backward recasts it from fc1's output), so
+// activation_checkpointing "gelu" is "none" there: the same arena, the same training.
+TEST(Fp8RecomputeTest, GeluModeIsNoneInFp8) {
+  std::unique_ptr<kernels::Backend> cpu = kernels::NewCpuBackend(1);
+  absl::StatusOr<std::unique_ptr<Model>> none =
+      Model::Create(cpu.get(), Options(Recompute::kNone, false, 1));
+  absl::StatusOr<std::unique_ptr<Model>> gelu =
+      Model::Create(cpu.get(), Options(Recompute::kGelu, false, 1));
+  ASSERT_TRUE(none.ok() && gelu.ok());
+  EXPECT_EQ((*gelu)->activation_bytes(), (*none)->activation_bytes());
+  ExpectSameTraining(Train(cpu.get(), Options(Recompute::kNone, false, 2), 3),
+                     Train(cpu.get(), Options(Recompute::kGelu, false, 2), 3));
+}
+
 // ModelOptions::fp8_fuse_gelu_cast and fp8_fuse_attention_cast: fc2's input cast by fc1's GEMM
 // (Backend::MatmulFp8GeluCast: fc2 then reads the GELU output's buffer) and the projection's
 // input cast by the attention forward (Backend::AttentionForwardFp8Cast), both of which the

@@ -66,7 +66,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(kernels::Backend* backend,
     return absl::InvalidArgumentError(
         absl::StrCat("gradient_ranks: must be positive, got ", options.gradient_ranks));
   }
-  std::unique_ptr<Model> model(new Model(backend, options));
+  // In FP8 GELU's output is never kept (Recompute's comment): kGelu is kNone's layout.
+  ModelOptions resolved = options;
+  if (resolved.fp8.enabled && resolved.recompute == Recompute::kGelu) {
+    resolved.recompute = Recompute::kNone;
+  }
+  std::unique_ptr<Model> model(new Model(backend, resolved));
   absl::Status s = model->Allocate();
   if (!s.ok()) return s;
   return model;
@@ -177,15 +182,17 @@ absl::Status Model::Allocate() {
       la.ln2_rstd = static_cast<float*>(take(R * sizeof(float)));
     };
     if (mode == Recompute::kFull) carve_inner(shared);
-    if (mode != Recompute::kNone) shared.fc_pre = take(R * F * elem_);
-    // GELU's output (fc2's input) is one buffer in every mode: the backward recomputes it
-    // from the layer's pre-activation (Backward()). In FP8 it doubles as the backward's FP8
-    // output gradient and its transpose (model_fp8.cc), and dqkv below as the FP8 input
-    // scratch: each is carved large enough for both uses.
+    if (mode == Recompute::kMlp || mode == Recompute::kFull) shared.fc_pre = take(R * F * elem_);
+    // GELU's output (fc2's input): per layer in kNone without FP8; otherwise one buffer that
+    // the backward recomputes from the layer's pre-activation (Backward()). In FP8 that buffer
+    // doubles as the backward's FP8 output gradient and its transpose (model_fp8.cc), and dqkv
+    // below as the FP8 input scratch: each is carved large enough for both uses.
     const bool fp8 = options_.fp8.enabled;
+    const bool gelu_per_layer = !fp8 && mode == Recompute::kNone;
     const size_t N8 = static_cast<size_t>(options_.batch_size) * options_.seq_len;
     const size_t fp8_dout = AlignUp(N8 * std::max(3 * C, F));
-    shared.fc_gelu = take(std::max(R * F * elem_, fp8 ? 2 * fp8_dout : 0));
+    shared.fc_gelu =
+        gelu_per_layer ? nullptr : take(std::max(R * F * elem_, fp8 ? 2 * fp8_dout : 0));
     fp8_dout_ = fp8 ? static_cast<uint8_t*>(shared.fc_gelu) : nullptr;
     fp8_dout_t_ = fp8_dout_ != nullptr ? fp8_dout_ + fp8_dout : nullptr;
     for (LayerActs& la : act_.layers) {
@@ -194,8 +201,9 @@ absl::Status Model::Allocate() {
       } else {
         carve_inner(la);
       }
-      la.fc_pre = mode == Recompute::kNone ? take(R * F * elem_) : shared.fc_pre;
-      la.fc_gelu = shared.fc_gelu;
+      const bool fc_pre_per_layer = mode == Recompute::kNone || mode == Recompute::kGelu;
+      la.fc_pre = fc_pre_per_layer ? take(R * F * elem_) : shared.fc_pre;
+      la.fc_gelu = gelu_per_layer ? take(R * F * elem_) : shared.fc_gelu;
       la.residual3 = take(R * C * elem_);
     }
     act_.lnf = take(R * C * elem_);
@@ -472,17 +480,18 @@ void Model::EnqueueBackward(bool first_of_step) {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     // The shared buffers still hold the last layer's activations from the forward.
-    if (options_.recompute != Recompute::kNone && l != c.layers - 1) {
+    const Recompute mode = options_.recompute;
+    if ((mode == Recompute::kMlp || mode == Recompute::kFull) && l != c.layers - 1) {
       fp8_recompute_ = true;
       RecomputeLayer(l);
       fp8_recompute_ = false;
     }
-    // fc2's input, GELU(fc_pre), is one buffer shared by all layers that still holds the last
-    // layer's from the forward: recompute it for the others. In every recompute mode from the
-    // same (kept or bit-identically recomputed) fc_pre with the same kernel, so the modes stay
-    // bit-identical (kMlp's GEMM epilogue output is overwritten).
+    // fc2's input, GELU(fc_pre), is (except in kNone) one buffer shared by all layers that
+    // still holds the last layer's from the forward: recompute it for the others. In every
+    // recompute mode from the same (kept or bit-identically recomputed) fc_pre with the same
+    // kernel, so those modes stay bit-identical (kMlp's GEMM epilogue output is overwritten).
     // In FP8 fc2's LinearBackward recomputes its FP8 input's transpose from fc_pre instead.
-    if (l != c.layers - 1 && fp8_ == nullptr) {
+    if (l != c.layers - 1 && fp8_ == nullptr && mode != Recompute::kNone) {
       be.GeluForward(la.fc_gelu, la.fc_pre, static_cast<size_t>(N) * F);
     }
     // MLP block: dresidual (the gradient w.r.t. residual3) flows to fc2's output unchanged.

@@ -45,21 +45,25 @@ struct AdamWConfig {
 };
 
 // What the backward recomputes instead of keeping from the forward (activation checkpointing):
-//   kNone  every layer keeps its activations except GELU's output (fc2's input): one [rows, F]
-//          buffer shared by all layers, recomputed from the layer's kept fc1 output (the
-//          pre-activation) before fc2's weight gradient (llm.c's `recompute`);
+//   kNone  nothing: every layer keeps its activations, GELU's output (fc2's input) included;
+//   kGelu  GELU's output is one [rows, F] buffer shared by all layers, recomputed from the
+//          layer's kept fc1 output (the pre-activation) before fc2's weight gradient (llm.c's
+//          `recompute`);
 //   kMlp   the MLP's fc1 output ([rows, F] per layer, the largest) is also shared by all
 //          layers and recomputed from ln_2's output in the backward;
 //   kFull  a layer keeps only its output (the next layer's input); everything inside a layer
 //          is shared by all layers and recomputed from the layer's input in the backward.
 // The recomputation runs the same ops on the same inputs, so the loss and the gradients are
-// bit-identical to kNone's; the arena (activation_bytes()) shrinks. (On cuda the recomputed
-// GELU is computed from the BF16 pre-activation, where the forward's GEMM epilogue used the
-// FP32 one: fc2's weight gradient sees values within one BF16 rounding of the forward's.) In
+// bit-identical to kNone's on the cpu backend; the arena (activation_bytes()) shrinks. (On cuda
+// the recomputed GELU is computed from the BF16 pre-activation, where the forward's GEMM
+// epilogue, whose output kNone keeps, used the FP32 one: in kGelu, kMlp and kFull fc2's weight
+// gradient sees values within one BF16 rounding of the forward's; those three are
+// bit-identical to one another.) FP8 training never keeps GELU's output (fc2's backward
+// recomputes its FP8 input transpose from fc_pre, model_fp8.cc): there kGelu is kNone. In
 // FP8 the recomputed Linears cast with the step's scales and FP8 weights and record no amax or
 // counters (the forward did); the FP8 transposes of qkv's and fc1's inputs are kept per layer
 // in every mode (model_fp8.cc says which FP8 operands the backward recomputes).
-enum class Recompute { kNone, kMlp, kFull };
+enum class Recompute { kNone, kGelu, kMlp, kFull };
 
 struct ModelOptions {
   ModelConfig config;
@@ -300,7 +304,7 @@ class Model {
     float* ln2_mean;
     float* ln2_rstd;
     void* fc_pre;     // fc1 output before GELU
-    void* fc_gelu;    // GELU(fc1 output): one buffer shared by all layers
+    void* fc_gelu;    // GELU(fc1 output): per layer in kNone, else one shared buffer
     void* residual3;  // x after the MLP block = the next layer's input
   };
   struct Activations {

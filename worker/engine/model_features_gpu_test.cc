@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -85,10 +86,12 @@ TEST(ModelFeaturesGpuTest, FrozenLayersStayBitIdentical) {
 TEST(ModelFeaturesGpuTest, RecomputeKeepsTheLossAndLowersPeakMemory) {
   auto gpu_none = Gpu();
   if (!gpu_none) GTEST_SKIP() << "no usable CUDA GPU (or no CUDA backend in this build)";
-  std::vector<double> losses[3];
-  int64_t peak[3];
-  const Recompute modes[3] = {Recompute::kNone, Recompute::kMlp, Recompute::kFull};
-  for (int i = 0; i < 3; ++i) {
+  constexpr int kModes = 4;
+  std::vector<double> losses[kModes];
+  int64_t peak[kModes];
+  const Recompute modes[kModes] = {Recompute::kNone, Recompute::kGelu, Recompute::kMlp,
+                                   Recompute::kFull};
+  for (int i = 0; i < kModes; ++i) {
     auto gpu = Gpu();
     ModelOptions o = Options();
     o.recompute = modes[i];
@@ -97,16 +100,24 @@ TEST(ModelFeaturesGpuTest, RecomputeKeepsTheLossAndLowersPeakMemory) {
     losses[i] = Train(m->get(), 3);
     peak[i] = gpu->GetMemoryStats().peak_bytes;
   }
-  // The same kernels on the same inputs: identical unless a kernel is non-deterministic.
-  for (int i = 1; i < 3; ++i) {
-    for (size_t s = 0; s < losses[0].size(); ++s) {
-      EXPECT_NEAR(losses[i][s], losses[0][s], 1e-6) << "mode " << i << " step " << s;
+  // The recomputing modes run the same kernels on the same inputs: identical unless a kernel
+  // is non-deterministic. kNone's fc2 weight gradient reads the forward's GELU (the GEMM
+  // epilogue's, from the FP32 pre-activation) where they recompute it from the BF16 one: the
+  // first loss is the same, the later ones within BF16 noise.
+  for (int i = 2; i < kModes; ++i) {
+    for (size_t s = 0; s < losses[1].size(); ++s) {
+      EXPECT_NEAR(losses[i][s], losses[1][s], 1e-6) << "mode " << i << " step " << s;
     }
   }
-  EXPECT_LT(peak[1], peak[0]);
-  EXPECT_LT(peak[2], peak[1]);
-  std::printf("peak bytes: none %lld, mlp %lld, full %lld\n", static_cast<long long>(peak[0]),
-              static_cast<long long>(peak[1]), static_cast<long long>(peak[2]));
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  EXPECT_NEAR(losses[0][0], losses[1][0], 1e-6);
+  for (size_t s = 1; s < losses[0].size(); ++s) {
+    EXPECT_NEAR(losses[0][s], losses[1][s], 2e-3 * std::fabs(losses[1][s])) << "step " << s;
+  }
+  for (int i = 1; i < kModes; ++i) EXPECT_LT(peak[i], peak[i - 1]) << "mode " << i;
+  std::printf("peak bytes: none %lld, gelu %lld, mlp %lld, full %lld\n",
+              static_cast<long long>(peak[0]), static_cast<long long>(peak[1]),
+              static_cast<long long>(peak[2]), static_cast<long long>(peak[3]));
 }
 
 TEST(ModelFeaturesGpuTest, ExportedWeightsReloadOnTheCpu) {

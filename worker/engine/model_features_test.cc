@@ -163,7 +163,7 @@ TEST_P(RecomputeTest, SameLossesAndWeightsWithASmallerArena) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
-                         ::testing::Values(Recompute::kMlp, Recompute::kFull));
+                         ::testing::Values(Recompute::kGelu, Recompute::kMlp, Recompute::kFull));
 
 TEST(ModelWeightsTest, ExportThenInitFromGivesIdenticalLogits) {
   char tmpl[] = "/tmp/model_weights_test.XXXXXX";

@@ -316,6 +316,7 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
        {std::vector<std::string>{},
         {"model.tie_embeddings=true", "training.batch_size=1"},
         {"model.vocab_size=1500", "model.layers=3", "training.seq_len=8"},
+        {"training.activation_checkpointing=gelu"},
         {"training.activation_checkpointing=mlp"},
         {"training.activation_checkpointing=full", "model.layers=3"}}) {
     const v1::JobSpec spec = Spec(sets);
@@ -328,8 +329,10 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
     mo.batch_size = spec.training().batch_size();
     mo.seq_len = spec.training().seq_len();
     const std::string& ckpt = spec.training().activation_checkpointing();
-    mo.recompute =
-        ckpt == "full" ? Recompute::kFull : (ckpt == "mlp" ? Recompute::kMlp : Recompute::kNone);
+    mo.recompute = ckpt == "full"   ? Recompute::kFull
+                   : ckpt == "mlp"  ? Recompute::kMlp
+                   : ckpt == "gelu" ? Recompute::kGelu
+                                    : Recompute::kNone;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok());
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp32", "cpu");
@@ -348,6 +351,7 @@ TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
         {"model.ffn=48", "training.batch_size=1", "fp8.amax_history_len=1"},
         {"model.layers=3", "model.hidden=64", "model.heads=4", "training.seq_len=8",
          "fp8.amax_history_len=1024", "fp8.format=e4m3"},
+        {"training.activation_checkpointing=gelu"},
         {"training.activation_checkpointing=mlp"},
         {"training.activation_checkpointing=full", "model.ffn=48"}}) {
     std::vector<std::string> all = kFp8;
@@ -365,8 +369,10 @@ TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
     mo.fp8.amax_history_len = spec.fp8().amax_history_len();
     mo.fp8.hybrid = spec.fp8().format() == "hybrid";
     const std::string& ckpt = spec.training().activation_checkpointing();
-    mo.recompute =
-        ckpt == "full" ? Recompute::kFull : (ckpt == "mlp" ? Recompute::kMlp : Recompute::kNone);
+    mo.recompute = ckpt == "full"   ? Recompute::kFull
+                   : ckpt == "mlp"  ? Recompute::kMlp
+                   : ckpt == "gelu" ? Recompute::kGelu
+                                    : Recompute::kNone;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cpu");

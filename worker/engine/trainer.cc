@@ -237,13 +237,15 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   }
   const std::string& mode = tr.activation_checkpointing();
   Recompute recompute = Recompute::kNone;
-  if (mode == "mlp") {
+  if (mode == "gelu") {
+    recompute = Recompute::kGelu;
+  } else if (mode == "mlp") {
     recompute = Recompute::kMlp;
   } else if (mode == "full") {
     recompute = Recompute::kFull;
   } else if (!mode.empty() && mode != "none") {
     return absl::InvalidArgumentError(absl::StrCat("training.activation_checkpointing: unknown '",
-                                                   mode, "' (none, mlp or full)"));
+                                                   mode, "' (none, gelu, mlp or full)"));
   }
   if (tr.log_every_steps() <= 0) {
     return absl::InvalidArgumentError(
