@@ -6,6 +6,8 @@
 # Brings back gpu-bench.md, gpu-bench.json and the tail of each run's log (the device tool
 # returns at most 8 files). Environment settings (BOULDER_FP8_GEMM_GELU, ...) pass through to
 # the trainer; the table's note must name any that differ from the commit's defaults.
+# TABLE_WORKLOADS picks and orders the workloads (default "seed gpt2 h2048"; the table is
+# written after each, so a run cut short keeps the ones done).
 set -u
 cd "$(dirname "$0")/.."
 : "${OUT:?run on the device machine, where OUT is set}"
@@ -16,6 +18,7 @@ export BOULDER_COMMIT=${BOULDER_COMMIT:-unknown} BOULDER_TRAINER=$PWD/.gpu/bin/b
 W=/tmp/table-call
 rm -rf "$W"
 timeout "${TABLE_TIMEOUT:-560}" bench/gpu_bench.sh "$W" --modes "eager reduce-overhead" \
+  --workloads "${TABLE_WORKLOADS:-seed gpt2 h2048}" \
   > "$OUT/gpu_bench.log" 2>&1
 echo "gpu_bench rc=$?"
 cp "$W/gpu-bench.md" "$W/gpu-bench.json" "$OUT/" 2>/dev/null
