@@ -3,7 +3,7 @@
 
 Runs boulder-trainer standalone on the same job several times, changing one field:
   training.freeze_layers: []  vs [0, 1] (two of four layers) vs [0, 1] + freeze_embeddings
-  training.activation_checkpointing: none vs mlp vs full
+  training.activation_checkpointing: none vs gelu vs mlp vs full
 and reads its step reports (JSON lines on --report-fd): the median step time over the steps
 after --warmup, the peak memory the backend reports (the CPU backend counts its allocations;
 the CUDA backend reports the device allocator's), and the final loss (activation
@@ -67,6 +67,7 @@ def main():
         ("freeze_layers [0, 1]", ["training.freeze_layers=[0, 1]"]),
         ("freeze_layers [0, 1] + embeddings",
          ["training.freeze_layers=[0, 1]", "training.freeze_embeddings=true"]),
+        ("activation_checkpointing gelu", ["training.activation_checkpointing=gelu"]),
         ("activation_checkpointing mlp", ["training.activation_checkpointing=mlp"]),
         ("activation_checkpointing full", ["training.activation_checkpointing=full"]),
     ]
