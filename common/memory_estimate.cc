@@ -76,6 +76,8 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
                         AlignUp(R * C * elem) + 2 * AlignUp(R * f);
   const int64_t ffn = AlignUp(R * F * elem), out = AlignUp(R * C * elem);
   const std::string& recompute = resolved.training().activation_checkpointing();
+  // As the model's arena: GELU's output per layer only in "none" (or empty) without FP8.
+  const bool gelu_per_layer = !fp8 && (recompute.empty() || recompute == "none");
   if (recompute == "full") {  // inner and fc1 output shared
     a += inner + ffn + L * out;
   } else if (recompute == "mlp") {  // fc1 output shared
@@ -83,16 +85,14 @@ absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const v1::JobSpec& resolve
   } else if (fp8) {  // ln1 and ln2 (the FP8 casts' inputs) shared by all layers
     const int64_t ln = 2 * AlignUp(R * C * elem);
     a += ln + L * (inner - ln + ffn + out);
-  } else if (recompute == "gelu") {
-    a += L * (inner + ffn + out);
-  } else {  // "none": GELU's output kept per layer
-    a += L * (inner + 2 * ffn + out);
+  } else {  // "gelu", or "none" with GELU's output per layer
+    a += L * (inner + (gelu_per_layer ? 2 : 1) * ffn + out);
   }
   // The training micro-batch's rows (the FP8 buffers' N).
   const int64_t N = int64_t{resolved.training().batch_size()} * resolved.training().seq_len();
   // GELU's shared output; in FP8 also the backward's FP8 output gradient and its transpose
   // (model_fp8.cc), one byte per element.
-  if (fp8 || recompute != "none") {
+  if (!gelu_per_layer) {
     a += AlignUp(std::max(R * F * elem, fp8 ? 2 * AlignUp(N * std::max(3 * C, F)) : 0));
   }
   a += AlignUp(R * C * elem) + 2 * AlignUp(R * f) + AlignUp(R * Vp * elem) + AlignUp(R * f);

@@ -1,12 +1,12 @@
 // AdamW over the one flat parameter buffer: FP32 master weights and moments, BF16 working
-// weights and gradients. The master weights are an FP32 copy or (BOULDER_MASTER_WEIGHTS=split)
-// the working weights' bits and a 16-bit low half each (kernels/split_master.h: the same FP32
-// values, 26 bytes moved per parameter instead of 28). The clipping factor is computed on the
-// device from the gradient's sum of squares, so the step needs no host sync (and can live in a
-// CUDA graph). The learning rate and the bias corrections come either as arguments or, for a
-// recorded step, from a device array written before each replay (AdamWStepValues); both forms
-// run the same kernel, so their results are bit-identical. The device-array form can also skip the whole update when the
-// gradient norm is not finite (an FP8 step replayed from a graph).
+// weights and gradients. The master weights are the working weights' bits and a 16-bit low half
+// each (the default; kernels/split_master.h: the same FP32 values, 26 bytes moved per parameter
+// instead of 28) or an FP32 copy (BOULDER_MASTER_WEIGHTS=fp32). The clipping factor is computed
+// on the device from the gradient's sum of squares, so the step needs no host sync (and can live
+// in a CUDA graph). The learning rate and the bias corrections come either as arguments or, for
+// a recorded step, from a device array written before each replay (AdamWStepValues); both forms
+// run the same kernel, so their results are bit-identical. The device-array form can also skip
+// the whole update when the gradient norm is not finite (an FP8 step replayed from a graph).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/split_master.h"

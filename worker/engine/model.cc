@@ -22,6 +22,15 @@ void* Advance(void* base, size_t bytes) { return static_cast<char*>(base) + byte
 
 }  // namespace
 
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view mode) {
+  if (mode.empty() || mode == "none") return Recompute::kNone;
+  if (mode == "gelu") return Recompute::kGelu;
+  if (mode == "mlp") return Recompute::kMlp;
+  if (mode == "full") return Recompute::kFull;
+  return absl::InvalidArgumentError(absl::StrCat("training.activation_checkpointing: unknown '",
+                                                 mode, "' (none, gelu, mlp or full)"));
+}
+
 Model::Model(kernels::Backend* backend, const ModelOptions& options)
     : backend_(backend), options_(options), layout_(options.config) {}
 
@@ -476,11 +485,11 @@ void Model::EnqueueBackward(bool first_of_step) {
   be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
                        last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
   if (on_bucket_ready_) on_bucket_ready_(c.layers + 1);
+  const Recompute mode = options_.recompute;
   for (int l = c.layers - 1; l >= lowest_backward_layer_; --l) {
     LayerActs& la = act_.layers[l];
     const void* residual_in = l == 0 ? act_.encoded : act_.layers[l - 1].residual3;
     // The shared buffers still hold the last layer's activations from the forward.
-    const Recompute mode = options_.recompute;
     if ((mode == Recompute::kMlp || mode == Recompute::kFull) && l != c.layers - 1) {
       fp8_recompute_ = true;
       RecomputeLayer(l);

@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/backend.h"
 #include "worker/engine/fp8_state.h"
@@ -64,6 +65,10 @@ struct AdamWConfig {
 // counters (the forward did); the FP8 transposes of qkv's and fc1's inputs are kept per layer
 // in every mode (model_fp8.cc says which FP8 operands the backward recomputes).
 enum class Recompute { kNone, kGelu, kMlp, kFull };
+
+// training.activation_checkpointing's value as a Recompute: "none" (or empty), "gelu", "mlp"
+// or "full"; anything else is INVALID_ARGUMENT naming the field and the choices.
+absl::StatusOr<Recompute> ParseRecompute(absl::string_view mode);
 
 struct ModelOptions {
   ModelConfig config;

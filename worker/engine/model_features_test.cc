@@ -162,6 +162,19 @@ TEST_P(RecomputeTest, SameLossesAndWeightsWithASmallerArena) {
             Read(be_ckpt.get(), (*ckpt)->logits(), logits));
 }
 
+TEST(ParseRecomputeTest, MapsEveryModeAndNamesTheFieldOtherwise) {
+  EXPECT_EQ(*ParseRecompute(""), Recompute::kNone);
+  EXPECT_EQ(*ParseRecompute("none"), Recompute::kNone);
+  EXPECT_EQ(*ParseRecompute("gelu"), Recompute::kGelu);
+  EXPECT_EQ(*ParseRecompute("mlp"), Recompute::kMlp);
+  EXPECT_EQ(*ParseRecompute("full"), Recompute::kFull);
+  absl::StatusOr<Recompute> bad = ParseRecompute("some");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "training.activation_checkpointing: unknown 'some' (none, gelu, mlp or full)");
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
                          ::testing::Values(Recompute::kGelu, Recompute::kMlp, Recompute::kFull));
 

@@ -328,11 +328,10 @@ TEST(MemoryEstimateTest, MatchesTheModelsAllocationOnCpu) {
     mo.config = *config;
     mo.batch_size = spec.training().batch_size();
     mo.seq_len = spec.training().seq_len();
-    const std::string& ckpt = spec.training().activation_checkpointing();
-    mo.recompute = ckpt == "full"   ? Recompute::kFull
-                   : ckpt == "mlp"  ? Recompute::kMlp
-                   : ckpt == "gelu" ? Recompute::kGelu
-                                    : Recompute::kNone;
+    absl::StatusOr<Recompute> recompute =
+        ParseRecompute(spec.training().activation_checkpointing());
+    ASSERT_TRUE(recompute.ok()) << recompute.status();
+    mo.recompute = *recompute;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok());
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp32", "cpu");
@@ -368,11 +367,10 @@ TEST(MemoryEstimateTest, CountsTheFp8BuffersOfTheModelOnCpuEmulation) {
     mo.fp8.enabled = true;
     mo.fp8.amax_history_len = spec.fp8().amax_history_len();
     mo.fp8.hybrid = spec.fp8().format() == "hybrid";
-    const std::string& ckpt = spec.training().activation_checkpointing();
-    mo.recompute = ckpt == "full"   ? Recompute::kFull
-                   : ckpt == "mlp"  ? Recompute::kMlp
-                   : ckpt == "gelu" ? Recompute::kGelu
-                                    : Recompute::kNone;
+    absl::StatusOr<Recompute> recompute =
+        ParseRecompute(spec.training().activation_checkpointing());
+    ASSERT_TRUE(recompute.ok()) << recompute.status();
+    mo.recompute = *recompute;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(backend->get(), mo);
     ASSERT_TRUE(model.ok()) << model.status();
     absl::StatusOr<common::MemoryEstimate> e = common::EstimateTrainingMemory(spec, "fp8", "cpu");

@@ -235,18 +235,8 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     Info(o, absl::StrCat("eval: ", eval->num_tokens(), " tokens; ", spec.eval().batches(),
                          " batches every ", spec.eval().every_steps(), " steps"));
   }
-  const std::string& mode = tr.activation_checkpointing();
-  Recompute recompute = Recompute::kNone;
-  if (mode == "gelu") {
-    recompute = Recompute::kGelu;
-  } else if (mode == "mlp") {
-    recompute = Recompute::kMlp;
-  } else if (mode == "full") {
-    recompute = Recompute::kFull;
-  } else if (!mode.empty() && mode != "none") {
-    return absl::InvalidArgumentError(absl::StrCat("training.activation_checkpointing: unknown '",
-                                                   mode, "' (none, gelu, mlp or full)"));
-  }
+  absl::StatusOr<Recompute> recompute = ParseRecompute(tr.activation_checkpointing());
+  if (!recompute.ok()) return recompute.status();
   if (tr.log_every_steps() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.log_every_steps: must be positive, got ", tr.log_every_steps()));
@@ -274,7 +264,7 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.seed = tr.seed();
   mo.freeze_layers.assign(tr.freeze_layers().begin(), tr.freeze_layers().end());
   mo.freeze_embeddings = tr.freeze_embeddings();
-  mo.recompute = recompute;
+  mo.recompute = *recompute;
   mo.fp8 = Fp8OptionsFromSpec(spec);
   if (const char* v = std::getenv(common::kEnvWeightGradOverwrite); v != nullptr && *v != '\0') {
     const std::string choice = v;
