@@ -372,7 +372,7 @@ absl::Status Model::CheckTokens(absl::Span<const int32_t> ids, const char* what)
 
 void Model::ForwardImpl(int B, int T) {
   const ModelConfig& c = options_.config;
-  const int N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
+  const int N = B * T, C = c.hidden, F = c.ffn;
   kernels::Backend& be = *backend_;
   be.EncoderForward(act_.encoded, act_.tokens, P(TensorKind::kWte), P(TensorKind::kWpe), B, T, C);
   const void* residual = act_.encoded;
