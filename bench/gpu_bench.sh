@@ -5,7 +5,7 @@
 #   gpt2   GPT-2 124M (vocab 50257 -> 50304, 12 x 768, context 1024, untied head), 16 x 1024
 #   h2048  hidden 2048, 16 heads, 8 layers, FFN 8192, vocab 96, batch 8 x 1024
 #
-#   bench/gpu_bench.sh OUTDIR [--quick] [--profile] [--workloads "seed gpt2 h2048"]
+#   bench/gpu_bench.sh OUTDIR [--quick] [--profile | --profile-only] [--workloads "seed gpt2 h2048"]
 #                             [--precisions "bf16 fp8"] [--modes "eager compile reduce-overhead"]
 #                             [--cuda-graph "auto off"] [--deterministic] [--set "KEY=VALUE ..."]
 #
@@ -21,7 +21,8 @@
 # for A/B runs against another setting than the default; the rows do not record them).
 # --modes picks the PyTorch modes (default all three); --quick times PyTorch eager only (no torch.compile: minutes of compilation). --profile first
 # runs each workload's trainer for 12 steps with BOULDER_PROFILE_KERNELS=1 and keeps its
-# per-op device-time table in OUTDIR/profile-WORKLOAD.log (where the time goes). Writes
+# per-op device-time table in OUTDIR/profile-WORKLOAD-PRECISION.log (where the time goes);
+# --profile-only runs those and nothing else (no timed rows, no PyTorch, no table). Writes
 # OUTDIR/gpu-bench.md (the table) and OUTDIR/gpu-bench.json (the rows), plus one log per run.
 # Environment: BOULDER_COMMIT (the commit measured, recorded in every row; the GPU machine's copy
 # of the tree has no .git), BOULDER_TRAINER (default: boulder-trainer on PATH, e.g. from a gpu-bundle),
@@ -31,6 +32,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:?usage: gpu_bench.sh OUTDIR [--quick] [--workloads LIST]}; shift
 QUICK=0
 PROFILE=0
+PROFILE_ONLY=0
 WORKLOADS="seed gpt2 h2048"
 PRECISIONS="bf16 fp8"
 MODES="eager compile reduce-overhead"
@@ -46,6 +48,7 @@ while (($#)); do
     --set) for kv in $2; do EXTRA+=(--set "$kv"); done; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --profile) PROFILE=1; shift ;;
+    --profile-only) PROFILE=1; PROFILE_ONLY=1; shift ;;
     --workloads) WORKLOADS=$2; shift 2 ;;
     *) echo "gpu_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -82,6 +85,7 @@ for w in $WORKLOADS; do
           > "$OUT/profile-$w-$p.log" 2>&1
       sed -n '/device time per op/,$p' "$OUT/profile-$w-$p.log"
     fi
+    ((PROFILE_ONLY)) && continue
     for g in $GRAPHS; do
       impl=boulder
       [[ $g == off ]] && impl=boulder-eager
@@ -104,6 +108,7 @@ for w in $WORKLOADS; do
       tail -1 "$OUT/$run.out"
     fi
   done
+  ((PROFILE_ONLY)) && continue
   modes=$MODES
   ((QUICK)) && modes="eager"
   for m in $modes; do
@@ -115,4 +120,4 @@ for w in $WORKLOADS; do
   done
   report  # after every workload, so a run cut short still leaves its table
 done
-cat "$OUT/gpu-bench.md"
+((PROFILE_ONLY)) || cat "$OUT/gpu-bench.md"
