@@ -52,6 +52,12 @@ inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 // other value fails the job at start.
 inline constexpr char kEnvWeightGradOverwrite[] = "BOULDER_WEIGHT_GRAD_OVERWRITE";
 
+// Where a training step computes its gradient norm (ModelOptions::grad_norm_in_backward):
+// "backward" (the default: bucket by bucket during the backward, beside it on the GPU, where
+// the step has one micro-batch and one gradient rank) or "step" (one pass over the gradients
+// after the backward). For benchmarks; any other value fails the job at start.
+inline constexpr char kEnvGradNorm[] = "BOULDER_GRAD_NORM";
+
 // How the cuda backend keeps the FP32 master weights (Backend::master_layout): "split" (the
 // default: the BF16 working weight and a 16-bit low half, kernels/split_master.h: the same FP32
 // values in 2 bytes per parameter less memory and AdamW traffic) or "fp32" (a separate FP32

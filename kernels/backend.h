@@ -234,6 +234,16 @@ class Backend {
   // Sum of squares of n compute-dtype elements, written to *out (FP32 device scalar).
   virtual void NormSquared(float* out, const void* x, size_t n) = 0;
 
+  // The same sum of squares, written to *out (accumulate: added to *out), where the backend
+  // may run it beside the ops enqueued after it until JoinNormSquared() (the CUDA backend: on
+  // a stream of its own forked from the op stream here, so a gradient bucket's share of the
+  // norm overlaps the rest of the backward). The calls between two joins run in the order
+  // made, so a sum over several of them is deterministic. REQUIRES: nothing enqueued before
+  // the join writes x or *out.
+  virtual void NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) = 0;
+  // Ops enqueued after this run after every NormSquaredBeside() enqueued before it.
+  virtual void JoinNormSquared() = 0;
+
   // One AdamW step over n parameters (decoupled weight decay, applied where `decay` says).
   // The gradient is scaled by grad_scale * clip, where clip = min(1, max_norm / sqrt(*norm_sq))
   // when max_norm > 0 (read on device: no host sync), else 1.

@@ -267,6 +267,13 @@ void CpuBackend<S>::NormSquared(float* out, const void* x, size_t n) {
 }
 
 template <typename S>
+void CpuBackend<S>::NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) {
+  float sum = 0.0f;
+  cpu::NormSquared(threads_, &sum, As<S>(x), n);
+  *out = accumulate ? *out + sum : sum;
+}
+
+template <typename S>
 void CpuBackend<S>::AdamW(void* params, void* master, const void* grads, void* m, void* v,
                           DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
                           float weight_decay, int t, float grad_scale, const float* norm_sq,

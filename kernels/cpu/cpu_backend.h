@@ -84,6 +84,8 @@ class CpuBackend final : public Backend {
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
   void NormSquared(float* out, const void* x, size_t n) override;
+  void NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) override;
+  void JoinNormSquared() override {}  // NormSquaredBeside has run already
   void AdamW(void* params, void* master, const void* grads, void* m, void* v, DecayBits decay,
              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
              float grad_scale, const float* norm_sq, float max_norm) override;

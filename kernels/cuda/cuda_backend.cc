@@ -135,6 +135,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->side_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->join_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->norm_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->norm_fork_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->norm_join_, cudaEventDisableTiming));
   absl::StatusOr<std::unique_ptr<LtMatmul>> mm = LtMatmul::Create();
   if (!mm.ok()) return mm.status();
   b->matmul_ = std::move(*mm);
@@ -149,6 +152,7 @@ CudaBackend::~CudaBackend() {
   }
   if (stream_) cudaStreamSynchronize(stream_);
   if (side_stream_) cudaStreamSynchronize(side_stream_);
+  if (norm_stream_) cudaStreamSynchronize(norm_stream_);
   for (const Timed& t : timed_) {
     cudaEventDestroy(t.start);
     cudaEventDestroy(t.end);
@@ -159,6 +163,9 @@ CudaBackend::~CudaBackend() {
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
+  if (norm_fork_) cudaEventDestroy(norm_fork_);
+  if (norm_join_) cudaEventDestroy(norm_join_);
+  if (norm_stream_) cudaStreamDestroy(norm_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -233,6 +240,7 @@ void CudaBackend::CopyFromHostF32(void* dst, DType dtype, const float* src, size
 
 void CudaBackend::CopyToHostF32(float* dst, const void* src, DType dtype, size_t n) {
   if (!Ok()) return;
+  JoinNormSquared();  // what it copies may be a NormSquaredBeside result
   if (dtype == DType::kF32) {
     Check(cudaMemcpyAsync(dst, src, n * 4, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -255,11 +263,13 @@ void CudaBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   if (!Ok()) return;
+  JoinNormSquared();  // what it copies may be a NormSquaredBeside result
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 absl::Status CudaBackend::Synchronize() {
+  JoinNormSquared();
   if (sticky_.ok()) Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   return sticky_;
 }
@@ -685,6 +695,31 @@ void CudaBackend::NormSquared(float* out, const void* x, size_t n) {
   if (!Ok()) return;
   ProfileScope profile(this, "NormSquared");
   Check(cuda::NormSquared(out, static_cast<const bf16*>(x), n, scratch_, stream_), "NormSquared");
+}
+
+void CudaBackend::NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) {
+  if (!Ok()) return;
+  if (profiling_) {
+    ProfileScope profile(this, "NormSquared");
+    Check(cuda::NormSquared(out, static_cast<const bf16*>(x), n, accumulate, scratch_, stream_),
+          "NormSquared");
+    return;
+  }
+  // norm_stream_ waits for stream_'s work so far (each call: x is final only now).
+  Check(cudaEventRecord(norm_fork_, stream_), "cudaEventRecord");
+  Check(cudaStreamWaitEvent(norm_stream_, norm_fork_, 0), "cudaStreamWaitEvent");
+  if (!Ok()) return;
+  norm_forked_ = true;
+  Check(cuda::NormSquared(out, static_cast<const bf16*>(x), n, accumulate, norm_scratch_,
+                          norm_stream_),
+        "NormSquared");
+}
+
+void CudaBackend::JoinNormSquared() {
+  if (!norm_forked_) return;
+  norm_forked_ = false;
+  Check(cudaEventRecord(norm_join_, norm_stream_), "cudaEventRecord");
+  Check(cudaStreamWaitEvent(stream_, norm_join_, 0), "cudaStreamWaitEvent");
 }
 
 void CudaBackend::AdamW(void* params, void* master, const void* grads, void* m, void* v,

@@ -101,6 +101,10 @@ class CudaBackend final : public Backend {
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
   void NormSquared(float* out, const void* x, size_t n) override;
+  // On norm_stream_ (forked from stream() at each call; with per-op profiling on, on stream()
+  // itself so the profile times it), its partial sums in a scratch of its own.
+  void NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) override;
+  void JoinNormSquared() override;
   void AdamW(void* params, void* master, const void* grads, void* m, void* v, DecayBits decay,
              size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
              float grad_scale, const float* norm_sq, float max_norm) override;
@@ -269,12 +273,16 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_stream_ = nullptr;                 // the concurrent weight gradients'
   cudaEvent_t fork_ = nullptr, join_ = nullptr;       // no timing
+  cudaStream_t norm_stream_ = nullptr;  // NormSquaredBeside's
+  cudaEvent_t norm_fork_ = nullptr, norm_join_ = nullptr;
+  bool norm_forked_ = false;  // work on norm_stream_ that stream_ has not joined
   bool concurrent_wgrad_ = true;                      // see set_concurrent_weight_gradient
   // (N, C, OC, gelu, overwrite)
   absl::flat_hash_set<std::tuple<int, int, int, bool, bool>> wgrad_seen_;
   std::unique_ptr<LtMatmul> matmul_;
   DeviceBytes memory_;  // Alloc's buffers and the two Scratch below (declared before them)
   Scratch scratch_{&memory_};
+  Scratch norm_scratch_{&memory_};  // NormSquaredBeside's partial sums (on norm_stream_)
   Scratch bgrad_{&memory_};  // a GEMM epilogue's bias gradient on its way into the parameter's
   // Off by default: on the H200 (fusion_bench, 2026-12-02) the DGELU_BGRAD GEMM took 0.566 ms
   // against 0.344 ms for the GEMM + dGELU + column sum on GPT-2's shape (1.65x slower), and

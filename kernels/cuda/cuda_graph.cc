@@ -50,6 +50,7 @@ absl::Status CudaBackend::BeginCapture() {
     return absl::FailedPreconditionError(
         absl::StrCat("cuda backend: graph capture after an error: ", sticky_.message()));
   }
+  JoinNormSquared();  // a capture must not wait on work enqueued before it on another stream
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
   return absl::OkStatus();
@@ -80,7 +81,10 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::EndCapture() {
     sticky_ = absl::OkStatus();
     return absl::Status(failed.code(), absl::StrCat("graph capture: ", failed.message()));
   }
-  if (nodes > 0) scratch_.keep_retired();  // the graph may have recorded the scratch's address
+  if (nodes > 0) {  // the graph may have recorded the scratches' addresses
+    scratch_.keep_retired();
+    norm_scratch_.keep_retired();
+  }
   return std::make_unique<CudaGraph>(graph, exec, static_cast<int64_t>(nodes));
 }
 

@@ -667,6 +667,55 @@ TEST_F(CudaOpsTest, AdamWSplitMasterMatchesFp32Master) {
   }
 }
 
+// NormSquaredBeside (on its own stream): sees the ops enqueued on the op stream before it
+// (here the residual add that writes its input), accumulates over the pieces in order, matches
+// the CPU backend and one NormSquared over the whole vector; from an unaligned piece too; and
+// inside a recorded graph, replayed on new inputs. A copy to the host joins it.
+TEST_F(CudaOpsTest, NormSquaredBesideSeesEarlierOpsAndAccumulates) {
+  const size_t n = 300007, cut1 = 100001, cut2 = 200008;  // the second piece starts unaligned
+  Pair a(cpu_.get(), gpu_.get(), n), b(cpu_.get(), gpu_.get(), n), x(cpu_.get(), gpu_.get(), n);
+  Pair ns(cpu_.get(), gpu_.get(), 1, DType::kF32), whole(cpu_.get(), gpu_.get(), 1, DType::kF32);
+  auto at = [](void* p, size_t i) { return static_cast<char*>(p) + 2 * i; };
+  auto enqueue = [&](Backend* be, void* xs, void* as, void* bs, float* out) {
+    be->ResidualForward(xs, as, bs, n);  // x = a + b, just before the norm of x
+    be->NormSquaredBeside(out, xs, cut1, /*accumulate=*/false);
+    be->NormSquaredBeside(out, at(xs, cut1), cut2 - cut1, /*accumulate=*/true);
+    be->NormSquaredBeside(out, at(xs, cut2), n - cut2, /*accumulate=*/true);
+    be->JoinNormSquared();
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "eager" : "recorded graph, replayed");
+    a.Set(Random(n, rng_, 0.01f));
+    b.Set(Random(n, rng_, 0.01f));
+    // CPU: the pieces in float, as the GPU.
+    cpu_->ResidualForward(x.c, a.c, b.c, n);
+    cpu_->NormSquaredBeside(ns.cf(), x.c, cut1, false);
+    cpu_->NormSquaredBeside(ns.cf(), static_cast<float*>(x.c) + cut1, cut2 - cut1, true);
+    cpu_->NormSquaredBeside(ns.cf(), static_cast<float*>(x.c) + cut2, n - cut2, true);
+    if (round == 0) {
+      enqueue(gpu_.get(), x.g, a.g, b.g, ns.gf());
+    } else {
+      x.Poison();
+      ASSERT_TRUE(gpu_->BeginCapture().ok());
+      enqueue(gpu_.get(), x.g, a.g, b.g, ns.gf());
+      absl::StatusOr<std::unique_ptr<Backend::Graph>> g = gpu_->EndCapture();
+      ASSERT_TRUE(g.ok()) << g.status();
+      a.Set(Random(n, rng_, 0.01f));  // the replay must read these, not the recorded ones
+      cpu_->ResidualForward(x.c, a.c, b.c, n);
+      cpu_->NormSquaredBeside(ns.cf(), x.c, cut1, false);
+      cpu_->NormSquaredBeside(ns.cf(), static_cast<float*>(x.c) + cut1, cut2 - cut1, true);
+      cpu_->NormSquaredBeside(ns.cf(), static_cast<float*>(x.c) + cut2, n - cut2, true);
+      gpu_->Replay(**g);
+    }
+    const std::vector<float> got = ns.Gpu();  // CopyToHost: joins whatever is beside
+    ExpectClose(ns, 1e-5, "norm squared beside, three pieces");
+    gpu_->NormSquared(whole.gf(), x.g, n);
+    const std::vector<float> one = whole.Gpu();
+    EXPECT_NEAR(got[0], one[0], 1e-5 * one[0]);
+    EXPECT_GT(one[0], 0.f);
+  }
+}
+
 TEST_F(CudaOpsTest, NormAdamWArgmaxResidual) {
   const size_t n = 100003;
   Pair grads(cpu_.get(), gpu_.get(), n), ns(cpu_.get(), gpu_.get(), 1, DType::kF32);

@@ -162,6 +162,9 @@ cudaError_t GeluBackwardColumnSum(bf16* x, const bf16* pre, bf16* dbias, int N, 
                                   Scratch& scratch, cudaStream_t s);
 // *out = Σ x², deterministic (fixed grid, fixed-order final sum).
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s);
+// The same with accumulate: *out += Σ x² (the same partial sums; only the last add differs).
+cudaError_t NormSquared(float* out, const bf16* x, size_t n, bool accumulate, Scratch& scratch,
+                        cudaStream_t s);
 
 // ---- crossentropy.cu ----
 cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targets, int N, int V,

@@ -173,11 +173,12 @@ __global__ void SumSquaresPartialKernel(float* partial, const bf16* x, size_t n)
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-__global__ void SumFinishKernel(float* out, const float* partial, int n) {
+// *out = the partials' sum (accumulate: *out plus it), in a fixed order.
+__global__ void SumFinishKernel(float* out, const float* partial, int n, bool accumulate) {
   float acc = 0.f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
   const float sum = BlockSum(acc);
-  if (threadIdx.x == 0) *out = sum;
+  if (threadIdx.x == 0) *out = accumulate ? *out + sum : sum;
 }
 
 }  // namespace
@@ -269,6 +270,11 @@ cudaError_t GeluBackwardColumnSum(bf16* x, const bf16* pre, bf16* dbias, int N, 
 }
 
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s) {
+  return NormSquared(out, x, n, /*accumulate=*/false, scratch, s);
+}
+
+cudaError_t NormSquared(float* out, const bf16* x, size_t n, bool accumulate, Scratch& scratch,
+                        cudaStream_t s) {
   float* partial = static_cast<float*>(scratch.Get(sizeof(float) * kNormBlocks));
   if (!partial) return scratch.last_error();
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
@@ -278,7 +284,7 @@ cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, c
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  SumFinishKernel<<<1, 1024, 0, s>>>(out, partial, kNormBlocks);
+  SumFinishKernel<<<1, 1024, 0, s>>>(out, partial, kNormBlocks, accumulate);
   return cudaGetLastError();
 }
 

@@ -118,6 +118,19 @@ absl::Status Model::Allocate() {
     }
   }
   const size_t nt = num_trainable_;
+  // Each bucket's trainable gradients: the union of its runs' pieces, one range of grads_.
+  bucket_grads_.clear();
+  for (const Bucket& b : layout_.Buckets()) {
+    size_t lo = nt, hi = 0;
+    for (const TrainableRun& r : runs_) {
+      const size_t from = std::max(b.offset, r.param_offset);
+      const size_t to = std::min(b.offset + b.numel, r.param_offset + r.numel);
+      if (from >= to) continue;
+      lo = std::min(lo, r.grad_offset + (from - r.param_offset));
+      hi = std::max(hi, r.grad_offset + (to - r.param_offset));
+    }
+    bucket_grads_.push_back(lo < hi ? Bucket{lo, hi - lo} : Bucket{0, 0});
+  }
 
   auto alloc = [this](size_t bytes, auto** out) -> absl::Status {
     absl::StatusOr<void*> p = backend_->Alloc(bytes);
@@ -457,10 +470,27 @@ absl::Status Model::Backward() {
   return backend_->Synchronize();
 }
 
+void Model::BucketReady(int i) {
+  if (on_bucket_ready_) on_bucket_ready_(i);
+  if (!norm_in_this_backward_) return;
+  const Bucket& g = bucket_grads_[static_cast<size_t>(i)];
+  if (g.numel == 0) return;
+  backend_->NormSquaredBeside(act_.norm_sq, Advance(grads_, g.offset * elem_), g.numel,
+                              /*accumulate=*/norm_covered_ > 0);
+  norm_covered_ += g.numel;
+}
+
 void Model::EnqueueBackward(bool first_of_step) {
   const ModelConfig& c = options_.config;
   const int B = last_B_, T = last_T_, N = B * T, C = c.hidden, F = c.ffn, NH = c.heads;
   kernels::Backend& be = *backend_;
+  // The norm as the buckets become final: only where this backward's gradients are the
+  // step's (one micro-batch) and no all-reduce changes them afterwards (one rank).
+  grad_norm_ready_ = false;
+  norm_in_this_backward_ = options_.grad_norm_in_backward && options_.grad_accum_steps == 1 &&
+                           options_.gradient_ranks == 1 && !on_bucket_ready_ &&
+                           num_trainable_ > 0;
+  norm_covered_ = 0;
   // The weight-gradient GEMMs write with '=' (the gradients ZeroGrad deferred) until the end.
   overwrite_weight_grads_ = first_of_step && defers_zero_grad();
   be.SetWeightGradientOverwrite(overwrite_weight_grads_);
@@ -484,7 +514,7 @@ void Model::EnqueueBackward(bool first_of_step) {
   const void* last = c.layers > 0 ? act_.layers.back().residual3 : act_.encoded;
   be.LayerNormBackward(act_.dresidual, G(TensorKind::kLnfWeight), G(TensorKind::kLnfBias), act_.dln,
                        last, P(TensorKind::kLnfWeight), act_.lnf_mean, act_.lnf_rstd, N, C);
-  if (on_bucket_ready_) on_bucket_ready_(c.layers + 1);
+  BucketReady(c.layers + 1);
   const Recompute mode = options_.recompute;
   for (int l = c.layers - 1; l >= lowest_backward_layer_; --l) {
     LayerActs& la = act_.layers[l];
@@ -528,14 +558,20 @@ void Model::EnqueueBackward(bool first_of_step) {
     ln_grad(TensorKind::kLn1Weight, TensorKind::kLn1Bias, l, &dw, &db);
     be.LayerNormBackward(act_.dresidual, dw, db, act_.dln, residual_in,
                          P(TensorKind::kLn1Weight, l), la.ln1_mean, la.ln1_rstd, N, C);
-    if (on_bucket_ready_) on_bucket_ready_(l + 1);
+    BucketReady(l + 1);
   }
   be.SetWeightGradientOverwrite(false);
   overwrite_weight_grads_ = false;
   if (!options_.freeze_embeddings) {
     be.EncoderBackward(G(TensorKind::kWte), G(TensorKind::kWpe), act_.dresidual, act_.tokens, B, T,
                        C);
-    if (on_bucket_ready_) on_bucket_ready_(0);
+    BucketReady(0);
+  }
+  if (norm_in_this_backward_) {
+    be.JoinNormSquared();
+    // Every gradient covered (a bucket the backward did not reach has none): the norm is ready.
+    grad_norm_ready_ = norm_covered_ == num_trainable_;
+    norm_in_this_backward_ = false;
   }
 }
 
@@ -599,6 +635,7 @@ void Model::SplitZeroGrad() {
 }
 
 void Model::ZeroGrad() {
+  grad_norm_ready_ = false;
   backend_->Memset0Ranges(grads_, eager_zero_);
   zero_grad_pending_ = defers_zero_grad();
 }
@@ -610,12 +647,15 @@ bool Model::TakePendingZeroGrad() {
 }
 
 void Model::FlushPendingZeroGrad() {
-  if (TakePendingZeroGrad()) backend_->Memset0Ranges(grads_, deferred_zero_);
+  if (TakePendingZeroGrad()) {
+    grad_norm_ready_ = false;
+    backend_->Memset0Ranges(grads_, deferred_zero_);
+  }
 }
 
 absl::StatusOr<float> Model::GradNorm() {
   FlushPendingZeroGrad();
-  backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
+  if (!grad_norm_ready_) backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;

@@ -124,6 +124,13 @@ struct ModelOptions {
   // The results are the same values (0 + x = x); off: ZeroGrad() zeroes every gradient and
   // every backward accumulates. The trainer turns it off with BOULDER_WEIGHT_GRAD_OVERWRITE=off.
   bool overwrite_first_weight_gradients = true;
+  // With one micro-batch per step and one gradient rank: the backward computes the gradient
+  // norm's sum of squares bucket by bucket, as each bucket's gradients become final, beside
+  // the rest of the backward (Backend::NormSquaredBeside), and the optimizer step (and
+  // GradNorm()) use that instead of a pass over all gradients after the backward. The same
+  // norm up to FP32 rounding (a sum of per-bucket sums); deterministic. Off: one pass after
+  // the backward. The trainer turns it off with BOULDER_GRAD_NORM=step.
+  bool grad_norm_in_backward = true;
 };
 
 class Model {
@@ -168,6 +175,10 @@ class Model {
 
   // Global L2 norm of grads() (before clipping); synchronises with the backend.
   absl::StatusOr<float> GradNorm();
+  // Whether the last backward computed the norm of grads() as they are now
+  // (ModelOptions::grad_norm_in_backward), so GradNorm() and OptimizerStep() make no pass of
+  // their own. For tests and logs.
+  bool grad_norm_from_backward() const { return grad_norm_ready_; }
 
   // One AdamW step with learning rate `lr` (t: 1-based step count, for bias correction),
   // clipping the gradient to adamw.grad_clip by global norm. Returns the gradient's norm
@@ -283,6 +294,7 @@ class Model {
   // gradients once the work enqueued so far has run.
   void* grads() {
     FlushPendingZeroGrad();
+    grad_norm_ready_ = false;  // the caller may write them
     return grads_;
   }
   // Optimizer state, num_trainable_params() state-dtype elements each (the trainable tensors,
@@ -425,6 +437,19 @@ class Model {
   int last_T_ = 0;
   bool backward_ready_ = false;
   std::function<void(int)> on_bucket_ready_;
+  // Per bucket (layout_.Buckets() order), its trainable gradients' range of grads_ (empty
+  // where the bucket is frozen): a bucket's trainable tensors are adjacent in grads_.
+  std::vector<Bucket> bucket_grads_;
+  // Whether this backward computes the norm as it goes (options.grad_norm_in_backward and it
+  // applies), and how many gradients it has covered so far.
+  bool norm_in_this_backward_ = false;
+  size_t norm_covered_ = 0;
+  // act_.norm_sq holds the sum of squares of grads() as they are now (set by a backward that
+  // covered every gradient; cleared by anything that may change them).
+  bool grad_norm_ready_ = false;
+  // In the backward, once bucket i's gradients are final: on_bucket_ready_(i), and its share
+  // of the norm where norm_in_this_backward_.
+  void BucketReady(int i);
   float* adamw_step_ = nullptr;  // [Backend::kAdamWStepFloats]: SetOptimizerStep's values
 
   // FP8 (model_fp8.cc). Per layer and Linear: the FP8 weight, cast once per optimizer step.

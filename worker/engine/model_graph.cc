@@ -70,7 +70,8 @@ absl::Status Model::SetOptimizerStep(float lr, int t) {
 
 void Model::EnqueueOptimizerStep() {
   const AdamWConfig& a = options_.adamw;
-  backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
+  // The backward computed it already where it could (ModelOptions::grad_norm_in_backward).
+  if (!grad_norm_ready_) backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
   // One AdamW per run of trainable tensors; the clip factor is read from the one norm.
   for (const TrainableRun& r : runs_) {
     const size_t g = r.grad_offset;

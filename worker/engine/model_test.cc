@@ -218,6 +218,72 @@ TEST(ModelTest, DeferredZeroGradGivesTheZeroedGradients) {
   }
 }
 
+// The norm the backward computes bucket by bucket (ModelOptions::grad_norm_in_backward) is the
+// norm of all the step's gradients: against the host's sum over grads() after the step, and
+// against one pass after the backward (grad_norm_in_backward off), with the clip active so the
+// norm changes the update; tied and untied heads, frozen layers and embeddings (buckets the
+// backward never reaches), and two micro-batches (where the backward leaves the norm to the
+// step). GradNorm() between the backward and the step returns the same norm.
+TEST(ModelTest, GradNormFromTheBackwardIsTheWholeGradientsNorm) {
+  struct Case {
+    bool tied;
+    std::vector<int> freeze_layers;
+    bool freeze_embeddings;
+    int accum;
+  };
+  for (const Case& k : {Case{false, {}, false, 1}, Case{true, {}, false, 1},
+                        Case{false, {0}, true, 1}, Case{true, {1}, false, 1},
+                        Case{false, {}, true, 1}, Case{false, {}, false, 2}}) {
+    SCOPED_TRACE(absl::StrCat("tied ", k.tied, ", frozen layers ", k.freeze_layers.size(),
+                              ", frozen embeddings ", k.freeze_embeddings, ", micro-batches ",
+                              k.accum));
+    std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackend(1);
+    ModelOptions on = TinyOptions(k.tied);
+    on.grad_accum_steps = k.accum;
+    on.freeze_layers = k.freeze_layers;
+    on.freeze_embeddings = k.freeze_embeddings;
+    on.adamw.grad_clip = 0.05f;  // below every step's norm here: the clip scales each update
+    ModelOptions off = on;
+    off.grad_norm_in_backward = false;
+    auto a = Model::Create(be.get(), on);
+    auto b = Model::Create(be.get(), off);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    const size_t n = (*a)->num_trainable_params();
+    Rng rng(17);
+    for (int step = 1; step <= 3; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      (*a)->ZeroGrad();
+      (*b)->ZeroGrad();
+      for (int micro = 0; micro < k.accum; ++micro) {
+        const std::vector<int32_t> x = RandomTokens(&rng, 10, 11), y = RandomTokens(&rng, 10, 11);
+        for (Model* m : {a->get(), b->get()}) {
+          ASSERT_TRUE(m->Forward(x, y).ok());
+          ASSERT_TRUE(m->Backward().ok());
+        }
+      }
+      EXPECT_EQ((*a)->grad_norm_from_backward(), k.accum == 1);
+      EXPECT_FALSE((*b)->grad_norm_from_backward());
+      absl::StatusOr<float> early = (*a)->GradNorm();
+      absl::StatusOr<float> na = (*a)->OptimizerStep(1e-2f, step);
+      absl::StatusOr<float> nb = (*b)->OptimizerStep(1e-2f, step);
+      ASSERT_TRUE(early.ok() && na.ok() && nb.ok());
+      EXPECT_EQ(*early, *na);
+      std::vector<float> g(n);
+      be->CopyToHostF32(g.data(), (*a)->grads(), be->compute_dtype(), n);
+      double ss = 0;
+      for (float v : g) ss += static_cast<double>(v) * v;
+      ASSERT_GT(ss, 0.0);
+      EXPECT_NEAR(*na, std::sqrt(ss), 1e-5 * std::sqrt(ss));
+      EXPECT_NEAR(*na, *nb, 1e-5 * *nb);
+      EXPECT_GT(*na, on.adamw.grad_clip);
+      std::vector<float> pa(n), pb(n);
+      be->CopyToHostF32(pa.data(), (*a)->params(), be->compute_dtype(), n);
+      be->CopyToHostF32(pb.data(), (*b)->params(), be->compute_dtype(), n);
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-5) << i;
+    }
+  }
+}
+
 TEST(ModelTest, WeightDecayFollowsTheTableAndNothingIsFrozen) {
   std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackendF64(1);
   ModelOptions o = TinyOptions(false);

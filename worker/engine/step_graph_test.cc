@@ -157,6 +157,12 @@ class RecordingBackend final : public kernels::Backend {
   void NormSquared(float* out, const void* x, size_t n) override {
     Op([=] { be_->NormSquared(out, x, n); });
   }
+  void NormSquaredBeside(float* out, const void* x, size_t n, bool accumulate) override {
+    Op([=] { be_->NormSquaredBeside(out, x, n, accumulate); });
+  }
+  void JoinNormSquared() override {
+    Op([=] { be_->JoinNormSquared(); });
+  }
   void AdamW(void* params, void* master, const void* grads, void* m, void* v,
              kernels::DecayBits decay, size_t n, float lr, float beta1, float beta2, float eps,
              float weight_decay, int t, float grad_scale, const float* norm_sq,

@@ -274,6 +274,14 @@ absl::Status RunTrainer(const TrainerOptions& o) {
     }
     mo.overwrite_first_weight_gradients = choice == "on";
   }
+  if (const char* v = std::getenv(common::kEnvGradNorm); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice != "backward" && choice != "step") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(common::kEnvGradNorm, "=", choice, ": expected backward or step"));
+    }
+    mo.grad_norm_in_backward = choice == "backward";
+  }
   const bool fp8 = mo.fp8.enabled;
   if (fp8 && (*backend)->name() == "cuda") {
     // FP8 keeps its weight and LayerNorm-input transposes per layer where it then still needs
