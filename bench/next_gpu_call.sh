@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The next one-GPU call (session 26): the gradient norm computed bucket by bucket during the
-# backward, beside it on a stream of its own (ModelOptions::grad_norm_in_backward, the new
-# default; BOULDER_GRAD_NORM=step is the old single pass after the backward). The GPU tests it
+# backward, beside it on a stream of its own (ModelOptions::grad_norm_in_backward,
+# BOULDER_GRAD_NORM=backward; off by default until this call has run: BOULDER_GRAD_NORM=step,
+# the default, is the single pass after the backward). The GPU tests it
 # touches: cuda_ops_test's norm and AdamW tests (NormSquaredBeside: eager, accumulating, in a
-# replayed graph), engine_step_graph_gpu_test (graphed steps bit-identical to eager ones),
-# engine_fp8_gpu_test, engine_model_gpu_test (the whole step against the CPU backend, the
-# 200-step seed job). Then Boulder alone (no PyTorch rows), alternating BOULDER_GRAD_NORM =
+# replayed graph), engine_step_graph_gpu_test (GradNormInTheBackwardReplaysAndMatchesOnePass:
+# graphed steps bit-identical to eager ones with the option on, BF16 and FP8, the norm equal to
+# the single pass's; its trainer-level tests also run again with BOULDER_GRAD_NORM=backward, as
+# do engine_fp8_gpu_test's), engine_model_gpu_test (the whole step against the CPU backend,
+# the 200-step seed job; the option's default, off). Then Boulder alone (no PyTorch rows), alternating BOULDER_GRAD_NORM =
 # backward / step. About 8 minutes. (Session 24's contents: see git history.)
 #
 # Here (build, then bundle; the bundle must come from the commit being measured):
@@ -38,6 +41,8 @@ t() {  # t NAME [ENV=...] BINARY ARGS...: one test binary, its verdict into the 
 t cuda_ops_norm .gpu/bin/cuda_ops_test --gtest_filter='*NormSquared*:*NormAdamW*:*AdamW*'
 t step_graph_gpu .gpu/bin/engine_step_graph_gpu_test
 t fp8_gpu .gpu/bin/engine_fp8_gpu_test
+t step_graph_gpu_norm_backward BOULDER_GRAD_NORM=backward .gpu/bin/engine_step_graph_gpu_test
+t fp8_gpu_norm_backward BOULDER_GRAD_NORM=backward .gpu/bin/engine_fp8_gpu_test
 t model_gpu .gpu/bin/engine_model_gpu_test
 grep -h -E "loss|stride" "$W/model_gpu.log" | tail -4 | tee -a "$S"
 grep -h -E "FAILED|Failure" -A8 "$W"/*.log | head -80 > "$OUT/failures.txt"

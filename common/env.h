@@ -53,9 +53,10 @@ inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 inline constexpr char kEnvWeightGradOverwrite[] = "BOULDER_WEIGHT_GRAD_OVERWRITE";
 
 // Where a training step computes its gradient norm (ModelOptions::grad_norm_in_backward):
-// "backward" (the default: bucket by bucket during the backward, beside it on the GPU, where
-// the step has one micro-batch and one gradient rank) or "step" (one pass over the gradients
-// after the backward). For benchmarks; any other value fails the job at start.
+// "step" (the default: one pass over the gradients after the backward) or "backward" (bucket
+// by bucket during the backward, beside it on the GPU, where the step has one micro-batch and
+// one gradient rank; not yet run on a GPU, so off by default). For benchmarks; any other value
+// fails the job at start.
 inline constexpr char kEnvGradNorm[] = "BOULDER_GRAD_NORM";
 
 // How the cuda backend keeps the FP32 master weights (Backend::master_layout): "split" (the

@@ -128,9 +128,10 @@ struct ModelOptions {
   // norm's sum of squares bucket by bucket, as each bucket's gradients become final, beside
   // the rest of the backward (Backend::NormSquaredBeside), and the optimizer step (and
   // GradNorm()) use that instead of a pass over all gradients after the backward. The same
-  // norm up to FP32 rounding (a sum of per-bucket sums); deterministic. Off: one pass after
-  // the backward. The trainer turns it off with BOULDER_GRAD_NORM=step.
-  bool grad_norm_in_backward = true;
+  // norm up to FP32 rounding (a sum of per-bucket sums); deterministic. Off (the default until
+  // it has run on a GPU: bench/next_gpu_call.sh tests and times it): one pass after the
+  // backward. The trainer turns it on with BOULDER_GRAD_NORM=backward.
+  bool grad_norm_in_backward = false;
 };
 
 class Model {

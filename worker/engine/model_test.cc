@@ -243,6 +243,7 @@ TEST(ModelTest, GradNormFromTheBackwardIsTheWholeGradientsNorm) {
     on.freeze_layers = k.freeze_layers;
     on.freeze_embeddings = k.freeze_embeddings;
     on.adamw.grad_clip = 0.05f;  // below every step's norm here: the clip scales each update
+    on.grad_norm_in_backward = true;
     ModelOptions off = on;
     off.grad_norm_in_backward = false;
     auto a = Model::Create(be.get(), on);

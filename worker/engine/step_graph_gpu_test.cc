@@ -82,6 +82,45 @@ TEST_P(GpuReplayTest, DeterministicReplayIsBitIdenticalToEager) {
 
 INSTANTIATE_TEST_SUITE_P(Accum, GpuReplayTest, ::testing::Values(1, 2));
 
+// The norm computed during the backward (ModelOptions::grad_norm_in_backward: bucket by bucket,
+// on the backend's norm stream): replayed steps bit-identical to eager ones, in BF16 and FP8,
+// and the first step's norm (same weights, same batch, so the same gradient bits) equal to the
+// single pass's up to the order of the sum; the runs then train alike.
+TEST(GpuReplayTest, GradNormInTheBackwardReplaysAndMatchesOnePass) {
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    std::unique_ptr<kernels::Backend> eager_be = Gpu(true), graph_be = Gpu(true),
+                                      step_be = Gpu(true);
+    if (!eager_be) GTEST_SKIP() << "no usable CUDA device";
+    if (fp8 && !eager_be->Fp8Supported().ok()) continue;
+    ModelOptions o = GpuOptions(1);
+    o.fp8.enabled = fp8;
+    ModelOptions one_pass = o;
+    o.grad_norm_in_backward = true;
+    const int steps = 6;
+    absl::StatusOr<StepRun> eager = TrainSteps(eager_be.get(), o, "off", steps);
+    ASSERT_TRUE(eager.ok()) << eager.status();
+    absl::StatusOr<StepRun> graph = TrainSteps(graph_be.get(), o, "on", steps);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    absl::StatusOr<StepRun> single = TrainSteps(step_be.get(), one_pass, "off", steps);
+    ASSERT_TRUE(single.ok()) << single.status();
+    EXPECT_EQ(graph->graphed, std::vector<bool>({false, false, true, true, true, true}));
+    EXPECT_EQ(FirstBitDifference(eager->losses, graph->losses), -1)
+        << ::testing::PrintToString(eager->losses) << " vs "
+        << ::testing::PrintToString(graph->losses);
+    EXPECT_EQ(FirstBitDifference(eager->norms, graph->norms), -1)
+        << ::testing::PrintToString(eager->norms) << " vs "
+        << ::testing::PrintToString(graph->norms);
+    EXPECT_EQ(FirstBitDifference(eager->params, graph->params), -1);
+    EXPECT_EQ(eager->losses[0], single->losses[0]);
+    EXPECT_NEAR(eager->norms[0], single->norms[0], 1e-5 * single->norms[0]);
+    EXPECT_GT(eager->norms[0], o.adamw.grad_clip);  // the clip used the norm
+    for (int i = 0; i < steps; ++i) {
+      EXPECT_NEAR(eager->losses[i], single->losses[i], 1e-2 * single->losses[i]) << "step " << i + 1;
+    }
+  }
+}
+
 // FP8 replayed from graphs (casts, FP8 GEMMs, the device-side skip and scale update in the
 // graph): bit-identical to the eager FP8 steps with training.deterministic, scales included.
 std::unique_ptr<kernels::Backend> Fp8Gpu() {
@@ -366,7 +405,9 @@ TEST(GpuStepGraphTrainerTest, GraphRunMatchesEagerRunBitForBit) {
     EXPECT_EQ(g.lr(), e.lr()) << "step " << g.step();
     EXPECT_EQ(g.loss(), e.loss()) << "step " << g.step();
     EXPECT_EQ(g.grad_norm(), e.grad_norm()) << "step " << g.step();
-    if (i > 0) EXPECT_NE(g.lr(), graph.steps[i - 1].lr()) << "the schedule must move";
+    if (i > 0) {
+      EXPECT_NE(g.lr(), graph.steps[i - 1].lr()) << "the schedule must move";
+    }
   }
   ASSERT_FALSE(eager.weights.empty());
   EXPECT_TRUE(eager.weights == graph.weights) << "final weights differ";
