@@ -45,6 +45,13 @@ inline constexpr char kEnvFp8AttentionCast[] = "BOULDER_FP8_ATTENTION_CAST";
 // creation.
 inline constexpr char kEnvAttentionDq[] = "BOULDER_ATTENTION_DQ";
 
+// Which Hopper attention forward runs (kernels/cuda/ops.h, AttentionFwdVariant): "plain" (the
+// default), "pipelined" (each warpgroup's softmax under its next products; two blocks per
+// multiprocessor at head size 64, one at 128) or "pipelined1" (one block at both). The same
+// outputs bit for bit; not
+// yet timed on a GPU. For benchmarks; any other value fails the CUDA backend's creation.
+inline constexpr char kEnvAttentionFwd[] = "BOULDER_ATTENTION_FWD";
+
 // Whether a training step's first backward writes the weight gradients with '=' instead of the
 // step zeroing them first and the GEMMs adding to them (ModelOptions::
 // overwrite_first_weight_gradients): "on" (the default: the same values, less memory traffic;

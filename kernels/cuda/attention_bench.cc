@@ -118,6 +118,46 @@ void Run(const Shape& sh, int warmup, int iters) {
   const bool wgmma = AttentionWgmmaAvailable();
   const double fwd_wgmma = wgmma ? forward(AttentionKernel::kWgmma) : NAN;
   const double fwd = wgmma ? fwd_wgmma : fwd_mma;  // what the backend runs
+  // The pipelined wgmma forwards (AttentionFwdVariant), and whether their outputs and
+  // statistics are the plain one's bits (they should be: the same operations reordered).
+  double fwd_piped[2] = {NAN, NAN};
+  size_t piped_differ[2] = {0, 0};
+  if (wgmma) {
+    const AttentionFwdVariant variants[2] = {AttentionFwdVariant::kPipelined,
+                                             AttentionFwdVariant::kPipelinedOneBlock};
+    const Buffers& b = set[0];
+    auto read = [&] {
+      std::vector<uint16_t> o(n_out);
+      std::vector<float> st(size_t(sh.B) * sh.NH * sh.T);
+      BENCH_CHECK(cudaDeviceSynchronize());
+      BENCH_CHECK(cudaMemcpy(o.data(), b.out, n_out * 2, cudaMemcpyDeviceToHost));
+      BENCH_CHECK(cudaMemcpy(st.data(), b.stats, st.size() * 4, cudaMemcpyDeviceToHost));
+      std::vector<uint32_t> bits(o.begin(), o.end());
+      for (float f : st) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        bits.push_back(u);
+      }
+      return bits;
+    };
+    BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0,
+                                 AttentionKernel::kWgmma));
+    const std::vector<uint32_t> plain = read();
+    for (int v = 0; v < 2; ++v) {
+      BENCH_CHECK(cudaMemset(b.out, 0xff, n_out * 2));
+      BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0,
+                                   AttentionKernel::kWgmma, variants[v]));
+      const std::vector<uint32_t> got = read();
+      for (size_t i = 0; i < got.size(); ++i) piped_differ[v] += got[i] != plain[i];
+      fwd_piped[v] = MedianMs(warmup, iters, [&](int i) {
+        const Buffers& bi = set[i % kSets];
+        BENCH_CHECK(AttentionForward(bi.out, bi.stats, bi.qkv, sh.B, sh.T, C, sh.NH, 0,
+                                     AttentionKernel::kWgmma, variants[v]));
+      });
+    }
+    // The backward below reads set[0]'s forward: make it the plain one's again (same bits).
+    BENCH_CHECK(AttentionForward(b.out, b.stats, b.qkv, sh.B, sh.T, C, sh.NH, 0));
+  }
   // FP8 training's projection input: the wgmma forward then CastFp8 (E4M3, statistics), against
   // the forward casting its own output (AttentionFp8Cast); the codes compared once.
   double fwd_cast = NAN, fwd_fused = NAN;
@@ -189,6 +229,8 @@ void Run(const Shape& sh, int warmup, int iters) {
     double ms, flop;
   } rows[] = {{"forward, mma.sync", fwd_mma, fwd_flop},
               {"forward, wgmma", fwd_wgmma, fwd_flop},
+              {"fwd pipelined, wgmma", fwd_piped[0], fwd_flop},
+              {"fwd pipelined 1 block", fwd_piped[1], fwd_flop},
               {"bwd atomic dQ, mma.sync", bwd[0][0], bwd_flop},
               {"bwd determ., mma.sync", bwd[0][1], bwd_flop},
               {"bwd (both modes), wgmma", bwd[1][1], bwd_flop},
@@ -202,6 +244,8 @@ void Run(const Shape& sh, int warmup, int iters) {
   }
   if (wgmma) {
     std::printf("%-32s %-24s %zu codes differ between the two FP8 rows\n", shape, "", codes_differ);
+    std::printf("%-32s %-24s %zu / %zu values differ from the plain forward (pipelined / 1 block)\n",
+                shape, "", piped_differ[0], piped_differ[1]);
     std::printf("%-32s %-24s %.1f MiB of scratch with the stored dS\n", shape, "",
                 double(scratch.capacity()) / (1 << 20));
   }

@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_bwd_sm90.cuh"
 #include "kernels/cuda/attention_fwd.cuh"
 #include "kernels/cuda/attention_fwd_sm90.cuh"
+#include "kernels/cuda/attention_fwd_sm90_pipelined.cuh"
 
 namespace boulder::kernels::cuda::attn {
 namespace {
@@ -178,11 +179,12 @@ void RunForwardSm90(const Problem& pr, const std::vector<bf16>& qkv, std::vector
     FlashForwardSm90Kernel<HS>(o, st, q, T, C, NH, scale_log2, nullptr, nullptr, nullptr, nullptr);
   });
 }
-// With the FP8 cast of out (kFp8, as AttentionForwardSm90 with an AttentionFp8Cast).
+// With the FP8 cast of out (kFp8, as AttentionForwardSm90 with an AttentionFp8Cast); pipelined:
+// attention_fwd_sm90_pipelined.cuh's kernel instead.
 template <int HS>
 void RunForwardSm90Fp8(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf16>* out,
                        std::vector<float>* stats, std::vector<uint8_t>* codes, float scale,
-                       float* amax, unsigned long long* counts) {
+                       float* amax, unsigned long long* counts, bool pipelined = false) {
   using Cfg = Sm90FwdCfg<HS>;
   const int C = pr.C(), T = pr.T, NH = pr.NH;
   const bf16* q = qkv.data();
@@ -192,7 +194,27 @@ void RunForwardSm90Fp8(const Problem& pr, const std::vector<bf16>& qkv, std::vec
   const float scale_log2 = kLog2e / std::sqrt(float(HS));
   const float* sc = &scale;
   Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kFp8SmemBytes, [=] {
-    FlashForwardSm90Kernel<HS, true>(o, st, q, T, C, NH, scale_log2, c8, sc, amax, counts);
+    if (pipelined) {
+      FlashForwardSm90PipelinedKernel<HS, true, 1>(o, st, q, T, C, NH, scale_log2, c8, sc, amax,
+                                                   counts);
+    } else {
+      FlashForwardSm90Kernel<HS, true>(o, st, q, T, C, NH, scale_log2, c8, sc, amax, counts);
+    }
+  });
+}
+// attention_fwd_sm90_pipelined.cuh's forward (the launch bounds do not matter here).
+template <int HS>
+void RunForwardSm90Pipelined(const Problem& pr, const std::vector<bf16>& qkv,
+                             std::vector<bf16>* out, std::vector<float>* stats) {
+  using Cfg = Sm90FwdCfg<HS>;
+  const int C = pr.C(), T = pr.T, NH = pr.NH;
+  const bf16* q = qkv.data();
+  bf16* o = out->data();
+  float* st = stats->data();
+  const float scale_log2 = kLog2e / std::sqrt(float(HS));
+  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes, [=] {
+    FlashForwardSm90PipelinedKernel<HS, false, 2>(o, st, q, T, C, NH, scale_log2, nullptr,
+                                                  nullptr, nullptr, nullptr);
   });
 }
 
@@ -235,7 +257,7 @@ void RunBackwardSm90(const Problem& pr, const std::vector<bf16>& qkv, const std:
 }
 
 enum class Schedule { kLockstepLazyCopies, kGreedyEagerCopies, kGreedyLazyCopies };
-enum class Kernels { kMmaSync, kWgmma, kWgmmaStoredDs };
+enum class Kernels { kMmaSync, kWgmma, kWgmmaStoredDs, kWgmmaPipelined };
 
 template <int HS>
 void Check(const Problem& pr, Schedule schedule, uint32_t seed,
@@ -262,7 +284,25 @@ void Check(const Problem& pr, Schedule schedule, uint32_t seed,
   const std::vector<bf16> qkv_b = ToBf16(qkv), dout_b = ToBf16(dout);
   std::vector<bf16> out(size_t(pr.B) * pr.T * C, nan);
   std::vector<float> stats(size_t(pr.B) * pr.NH * pr.T, NAN);
-  if (sm90) {
+  if (kernels == Kernels::kWgmmaPipelined) {
+    // The pipelined forward reorders the same operations: bit for bit the plain one's outputs,
+    // with the products run when their wait retires them and run late (every other warp first,
+    // so a K or V slot refilled before the products reading it retire would show).
+    std::vector<bf16> plain(out.size(), nan);
+    std::vector<float> plain_stats(stats.size(), NAN);
+    RunForwardSm90<HS>(pr, qkv_b, &plain, &plain_stats);
+    for (bool late : {false, true}) {
+      SCOPED_TRACE(late ? "pipelined, late products" : "pipelined");
+      emu::g_late_products = late;
+      std::fill(out.begin(), out.end(), nan);
+      std::fill(stats.begin(), stats.end(), NAN);
+      RunForwardSm90Pipelined<HS>(pr, qkv_b, &out, &stats);
+      EXPECT_EQ(std::memcmp(plain.data(), out.data(), out.size() * sizeof(bf16)), 0) << "out";
+      EXPECT_EQ(std::memcmp(plain_stats.data(), stats.data(), stats.size() * sizeof(float)), 0)
+          << "stats";
+    }
+    emu::g_late_products = false;
+  } else if (sm90) {
     RunForwardSm90<HS>(pr, qkv_b, &out, &stats);
   } else {
     RunForward<HS>(pr, qkv_b, &out, &stats);
@@ -340,6 +380,23 @@ TEST(AttentionEmulationTest, Head128Wgmma) {
   Check<128>({2, 1, 1, 128}, Schedule::kGreedyLazyCopies, 17, Kernels::kWgmma);
 }
 
+// The pipelined wgmma forward (attention_fwd_sm90_pipelined.cuh): one tile, a warpgroup with
+// no rows, partial and whole tiles, several query tiles (the first warpgroup's extra iteration
+// past its last tile).
+TEST(AttentionEmulationTest, Head64WgmmaPipelined) {
+  for (Schedule s : kAllSchedules) Check<64>({2, 37, 2, 64}, s, 41, Kernels::kWgmmaPipelined);
+  Check<64>({1, 1, 1, 64}, Schedule::kGreedyEagerCopies, 42, Kernels::kWgmmaPipelined);
+  Check<64>({1, 200, 1, 64}, Schedule::kGreedyLazyCopies, 43, Kernels::kWgmmaPipelined);
+  Check<64>({1, 256, 1, 64}, Schedule::kLockstepLazyCopies, 44, Kernels::kWgmmaPipelined);
+}
+
+TEST(AttentionEmulationTest, Head128WgmmaPipelined) {
+  for (Schedule s : kAllSchedules) Check<128>({1, 150, 2, 128}, s, 45, Kernels::kWgmmaPipelined);
+  Check<128>({1, 64, 1, 128}, Schedule::kGreedyEagerCopies, 46, Kernels::kWgmmaPipelined);
+  Check<128>({2, 1, 1, 128}, Schedule::kGreedyLazyCopies, 47, Kernels::kWgmmaPipelined);
+  Check<128>({1, 320, 1, 128}, Schedule::kLockstepLazyCopies, 48, Kernels::kWgmmaPipelined);
+}
+
 // The stored-dS backward (AttentionDq::kStoredDs): T covers one row, one partial block, the
 // head-64 dK/dV kernel's half-diagonal first query tile, a dQ tile whose second warpgroup has no
 // rows (T <= 64 mod 128) and exact multiples; the poisoned dS buffer catches an unwritten block.
@@ -403,6 +460,19 @@ void CheckFp8Cast(const Problem& pr, Schedule schedule, uint32_t seed) {
   for (int k = 0; k < 3; ++k) EXPECT_EQ(counts[k], want_counts[k]) << "counter " << k;
   EXPECT_GT(want_counts[0], 0u) << "nothing saturated";
   EXPECT_GT(want_counts[1], 0u) << "nothing flushed to zero";
+  // The pipelined forward's cast: the same bytes and statistics.
+  std::vector<bf16> piped(plain.size());
+  std::vector<float> piped_stats(plain_stats.size());
+  std::vector<uint8_t> piped_codes(plain.size(), 0x7f);
+  float piped_amax = 0;
+  unsigned long long piped_counts[3] = {0, 0, 0};
+  RunForwardSm90Fp8<HS>(pr, qkv, &piped, &piped_stats, &piped_codes, scale, &piped_amax,
+                        piped_counts, /*pipelined=*/true);
+  EXPECT_EQ(std::memcmp(plain.data(), piped.data(), plain.size() * 2), 0) << "pipelined output";
+  EXPECT_EQ(std::memcmp(plain_stats.data(), piped_stats.data(), plain_stats.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(codes.data(), piped_codes.data(), codes.size()), 0) << "pipelined codes";
+  EXPECT_EQ(piped_amax, amax);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(piped_counts[k], counts[k]) << "pipelined counter " << k;
 }
 
 TEST(AttentionEmulationTest, WgmmaForwardCastsItsOutputToFp8) {

@@ -41,7 +41,8 @@ bool AttentionUsesWgmma(AttentionKernel kernel) {
 }
 
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
-                             cudaStream_t s, AttentionKernel kernel) {
+                             cudaStream_t s, AttentionKernel kernel,
+                             AttentionFwdVariant variant) {
   if (B < 1 || T < 1 || T > kMaxAttentionT || NH < 1 || C % NH != 0 ||
       int64_t(B) * NH > INT32_MAX) {
     return cudaErrorInvalidValue;
@@ -51,7 +52,9 @@ cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, in
   }
   const int hs = C / NH;
   if (hs != 64 && hs != 128) return cudaErrorInvalidValue;
-  if (AttentionUsesWgmma(kernel)) return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s);
+  if (AttentionUsesWgmma(kernel)) {
+    return AttentionForwardSm90(out, stats, qkv, B, T, C, NH, s, nullptr, variant);
+  }
   if (kernel == AttentionKernel::kWgmma) return cudaErrorNotSupported;
   if (hs == 64) return Forward<64>(out, stats, qkv, B, T, C, NH, s);
   if (hs == 128) return Forward<128>(out, stats, qkv, B, T, C, NH, s);

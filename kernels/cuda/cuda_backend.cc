@@ -121,6 +121,17 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
           common::kEnvAttentionDq, "=", choice, ": expected auto, recompute or stored"));
     }
   }
+  if (const char* v = std::getenv(common::kEnvAttentionFwd); v != nullptr && *v != '\0') {
+    const std::string choice = v;
+    if (choice == "pipelined") {
+      b->attention_fwd_ = cuda::AttentionFwdVariant::kPipelined;
+    } else if (choice == "pipelined1") {
+      b->attention_fwd_ = cuda::AttentionFwdVariant::kPipelinedOneBlock;
+    } else if (choice != "plain") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          common::kEnvAttentionFwd, "=", choice, ": expected plain, pipelined or pipelined1"));
+    }
+  }
   if (absl::Status s = ReadEnvSwitch(common::kEnvMasterWeights, "split", "fp32", &b->split_master_);
       !s.ok()) {
     return s;
@@ -632,7 +643,7 @@ void CudaBackend::AttentionForward(void* out, float* stats, const void* qkv, int
   absl::Status shape = CheckAttentionShape(tensors, 2, B, T, C, NH);
   if (!shape.ok()) return Fail(shape);
   Check(cuda::AttentionForward(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B, T,
-                               C, NH, stream_),
+                               C, NH, stream_, cuda::AttentionKernel::kAuto, attention_fwd_),
         "AttentionForward");
 }
 
@@ -654,7 +665,7 @@ bool CudaBackend::AttentionForwardFp8Cast(void* out, float* stats, const void* q
   const cuda::AttentionFp8Cast fp8{fp8_out, scale, amax,
                                    reinterpret_cast<unsigned long long*>(counts)};
   Check(cuda::AttentionForwardSm90(static_cast<bf16*>(out), stats, static_cast<const bf16*>(qkv), B,
-                                   T, C, NH, stream_, &fp8),
+                                   T, C, NH, stream_, &fp8, attention_fwd_),
         "AttentionForwardFp8Cast");
   return true;
 }

@@ -97,6 +97,9 @@ class CudaBackend final : public Backend {
   // (cuda::AttentionDqDefault: stored dS at head size 128), common::kEnvAttentionDq in the
   // environment. Applies to later ops.
   void set_attention_dq(cuda::AttentionDq dq) { attention_dq_ = dq; }
+  // Which wgmma forward runs (cuda::AttentionFwdVariant, ops.h); kPlain by default,
+  // common::kEnvAttentionFwd in the environment. Applies to later ops.
+  void set_attention_fwd(cuda::AttentionFwdVariant v) { attention_fwd_ = v; }
   void ResidualForward(void* out, const void* a, const void* b, size_t n) override;
   void SoftmaxCrossEntropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                            int Vp, float dloss) override;
@@ -296,6 +299,7 @@ class CudaBackend final : public Backend {
   bool fp8_gemm_gelu_ = false;   // see set_fp8_gemm_gelu
   bool fp8_attention_cast_ = true;   // see set_fp8_attention_cast
   cuda::AttentionDq attention_dq_ = cuda::AttentionDq::kAuto;  // see set_attention_dq
+  cuda::AttentionFwdVariant attention_fwd_ = cuda::AttentionFwdVariant::kPlain;  // set_attention_fwd
   bool split_master_ = true;  // see master_layout
   cuda::AdamWMaster MasterOf(void* master) const {
     cuda::AdamWMaster m;

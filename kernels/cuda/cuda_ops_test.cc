@@ -536,6 +536,27 @@ TEST_F(CudaOpsTest, AttentionKernelsMatchCpu) {
     if (outs.size() == 2) {
       EXPECT_LT(RelErr(outs[1], outs[0]), 1e-2) << "wgmma vs mma.sync";
     }
+    // The pipelined wgmma forwards reorder the plain one's operations: the same bits.
+    if (wgmma) {
+      auto forward = [&](AttentionFwdVariant v) {
+        out.Poison();
+        stats.Poison();
+        EXPECT_EQ(cudaSuccess, AttentionForward(static_cast<bf16*>(out.g), stats.gf(),
+                                                static_cast<const bf16*>(qkv.g), k.B, k.T, C,
+                                                k.NH, gpu_->stream(), AttentionKernel::kWgmma, v));
+        EXPECT_TRUE(gpu_->Synchronize().ok()) << gpu_->Synchronize();
+        std::vector<float> both = out.Gpu(), st = stats.Gpu();
+        both.insert(both.end(), st.begin(), st.end());
+        return both;
+      };
+      const std::vector<float> plain = forward(AttentionFwdVariant::kPlain);
+      for (AttentionFwdVariant v :
+           {AttentionFwdVariant::kPipelined, AttentionFwdVariant::kPipelinedOneBlock}) {
+        const std::vector<float> got = forward(v);
+        EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * sizeof(float)))
+            << "pipelined forward " << int(v) << " differs from the plain one";
+      }
+    }
   }
 }
 

@@ -200,8 +200,16 @@ constexpr int kMaxAttentionT = 65535 * 64;
 // two compute the same thing to BF16 rounding; tests and attention_bench name one).
 // kWgmma where it is not available gives cudaErrorNotSupported.
 enum class AttentionKernel { kAuto, kMmaSync, kWgmma };
+// Which wgmma forward: kPlain attention_fwd_sm90.cuh's (the default), kPipelined
+// attention_fwd_sm90_pipelined.cuh's (each warpgroup's softmax under its next products; the same
+// outputs bit for bit) at two blocks per multiprocessor at head size 64 and one at 128 (where
+// two would cap registers at 128 and ptxas serialises the products), kPipelinedOneBlock the
+// same at one block per multiprocessor at both. Not yet timed on a GPU: attention_bench times
+// all three.
+enum class AttentionFwdVariant { kPlain, kPipelined, kPipelinedOneBlock };
 cudaError_t AttentionForward(bf16* out, float* stats, const bf16* qkv, int B, int T, int C, int NH,
-                             cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto);
+                             cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto,
+                             AttentionFwdVariant variant = AttentionFwdVariant::kPlain);
 // attention_fwd_sm90.cu: true when the current device is compute capability 9.0 and this build
 // carries sm_90a code for the wgmma forward.
 bool AttentionWgmmaAvailable();
@@ -219,7 +227,8 @@ struct AttentionFp8Cast {
   unsigned long long* counts;
 };
 cudaError_t AttentionForwardSm90(bf16* out, float* stats, const bf16* qkv, int B, int T, int C,
-                                 int NH, cudaStream_t s, const AttentionFp8Cast* fp8 = nullptr);
+                                 int NH, cudaStream_t s, const AttentionFp8Cast* fp8 = nullptr,
+                                 AttentionFwdVariant variant = AttentionFwdVariant::kPlain);
 // deterministic: dQ accumulates in registers in a fixed order (two kernels, bit-reproducible);
 // otherwise, with mma.sync, one kernel adds it with FP32 atomics (faster there; last bits vary
 // between runs). With wgmma both modes run the two kernels, which are faster there. `kernel`
