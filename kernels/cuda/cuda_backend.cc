@@ -149,6 +149,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->norm_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->norm_fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->norm_join_, cudaEventDisableTiming));
+  // Sized now: a first NormSquaredBeside inside a graph capture must not allocate.
+  if (b->norm_scratch_.Get(cuda::NormSquaredScratchBytes()) == nullptr) {
+    CUDA_CHECK(b->norm_scratch_.last_error());
+  }
   absl::StatusOr<std::unique_ptr<LtMatmul>> mm = LtMatmul::Create();
   if (!mm.ok()) return mm.status();
   b->matmul_ = std::move(*mm);

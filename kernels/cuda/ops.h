@@ -165,6 +165,9 @@ cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, c
 // The same with accumulate: *out += Σ x² (the same partial sums; only the last add differs).
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, bool accumulate, Scratch& scratch,
                         cudaStream_t s);
+// The scratch bytes NormSquared takes (the same for every n), so a caller can size a Scratch
+// before a graph capture.
+size_t NormSquaredScratchBytes();
 
 // ---- crossentropy.cu ----
 cudaError_t SoftmaxCrossEntropy(float* losses, bf16* logits, const int32_t* targets, int N, int V,

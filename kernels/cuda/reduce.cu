@@ -269,13 +269,15 @@ cudaError_t GeluBackwardColumnSum(bf16* x, const bf16* pre, bf16* dbias, int N, 
   return ColumnFinish(dbias, partial, chunks, C, s);
 }
 
+size_t NormSquaredScratchBytes() { return sizeof(float) * kNormBlocks; }
+
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, Scratch& scratch, cudaStream_t s) {
   return NormSquared(out, x, n, /*accumulate=*/false, scratch, s);
 }
 
 cudaError_t NormSquared(float* out, const bf16* x, size_t n, bool accumulate, Scratch& scratch,
                         cudaStream_t s) {
-  float* partial = static_cast<float*>(scratch.Get(sizeof(float) * kNormBlocks));
+  float* partial = static_cast<float*>(scratch.Get(NormSquaredScratchBytes()));
   if (!partial) return scratch.last_error();
   if (reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     SumSquaresPartialVec8Kernel<<<kNormBlocks, 256, 0, s>>>(partial, x, n);
