@@ -655,7 +655,10 @@ void Model::FlushPendingZeroGrad() {
 
 absl::StatusOr<float> Model::GradNorm() {
   FlushPendingZeroGrad();
-  if (!grad_norm_ready_) backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
+  if (!grad_norm_ready_) {
+    backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
+    grad_norm_ready_ = true;  // an OptimizerStep() next (FP8's eager skip check) reuses it
+  }
   float norm_sq = 0.0f;
   backend_->CopyToHost(&norm_sq, act_.norm_sq, sizeof(float));
   if (absl::Status s = backend_->Synchronize(); !s.ok()) return s;

@@ -176,10 +176,10 @@ class Model {
 
   // Global L2 norm of grads() (before clipping); synchronises with the backend.
   absl::StatusOr<float> GradNorm();
-  // Whether the last backward computed the norm of grads() as they are now
-  // (ModelOptions::grad_norm_in_backward), so GradNorm() and OptimizerStep() make no pass of
-  // their own. For tests and logs.
-  bool grad_norm_from_backward() const { return grad_norm_ready_; }
+  // Whether the norm of grads() as they are now is computed already, by the last backward
+  // (ModelOptions::grad_norm_in_backward) or by a GradNorm() since, so GradNorm() and
+  // OptimizerStep() make no pass of their own. For tests and logs.
+  bool grad_norm_computed() const { return grad_norm_ready_; }
 
   // One AdamW step with learning rate `lr` (t: 1-based step count, for bias correction),
   // clipping the gradient to adamw.grad_clip by global norm. Returns the gradient's norm
@@ -446,7 +446,7 @@ class Model {
   bool norm_in_this_backward_ = false;
   size_t norm_covered_ = 0;
   // act_.norm_sq holds the sum of squares of grads() as they are now (set by a backward that
-  // covered every gradient; cleared by anything that may change them).
+  // covered every gradient and by GradNorm(); cleared by anything that may change them).
   bool grad_norm_ready_ = false;
   // In the backward, once bucket i's gradients are final: on_bucket_ready_(i), and its share
   // of the norm where norm_in_this_backward_.

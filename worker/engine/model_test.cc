@@ -262,8 +262,8 @@ TEST(ModelTest, GradNormFromTheBackwardIsTheWholeGradientsNorm) {
           ASSERT_TRUE(m->Backward().ok());
         }
       }
-      EXPECT_EQ((*a)->grad_norm_from_backward(), k.accum == 1);
-      EXPECT_FALSE((*b)->grad_norm_from_backward());
+      EXPECT_EQ((*a)->grad_norm_computed(), k.accum == 1);
+      EXPECT_FALSE((*b)->grad_norm_computed());
       absl::StatusOr<float> early = (*a)->GradNorm();
       absl::StatusOr<float> na = (*a)->OptimizerStep(1e-2f, step);
       absl::StatusOr<float> nb = (*b)->OptimizerStep(1e-2f, step);
@@ -282,6 +282,41 @@ TEST(ModelTest, GradNormFromTheBackwardIsTheWholeGradientsNorm) {
       be->CopyToHostF32(pb.data(), (*b)->params(), be->compute_dtype(), n);
       for (size_t i = 0; i < n; ++i) ASSERT_NEAR(pa[i], pb[i], 1e-5) << i;
     }
+  }
+}
+
+// GradNorm() before the optimizer step (FP8's eager skip check) leaves its norm for the step,
+// which then makes no pass of its own: the same value; and a write through grads() after it
+// makes the step compute the new gradients' norm.
+TEST(ModelTest, OptimizerStepReusesGradNormUntilTheGradientsChange) {
+  std::unique_ptr<kernels::Backend> be = kernels::NewCpuBackendF64(1);
+  ModelOptions o = TinyOptions(false);
+  o.adamw.grad_clip = 0.0f;
+  auto m = Model::Create(be.get(), o);
+  ASSERT_TRUE(m.ok());
+  Model& model = **m;
+  const size_t n = model.num_trainable_params();
+  Rng rng(21);
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const std::vector<int32_t> x = RandomTokens(&rng, 10, 11), y = RandomTokens(&rng, 10, 11);
+    model.ZeroGrad();
+    EXPECT_FALSE(model.grad_norm_computed());
+    ASSERT_TRUE(model.Forward(x, y).ok());
+    ASSERT_TRUE(model.Backward().ok());
+    EXPECT_FALSE(model.grad_norm_computed());  // off by default
+    absl::StatusOr<float> first = model.GradNorm();
+    ASSERT_TRUE(first.ok());
+    EXPECT_TRUE(model.grad_norm_computed());
+    if (step == 2) {  // double every gradient: the step must see a norm twice as large
+      std::vector<double> g = ReadF64(be.get(), model.grads(), n);
+      EXPECT_FALSE(model.grad_norm_computed());
+      for (double& v : g) v *= 2;
+      be->CopyFromHost(model.grads(), g.data(), n * sizeof(double));
+    }
+    absl::StatusOr<float> norm = model.OptimizerStep(1e-3f, step);
+    ASSERT_TRUE(norm.ok());
+    EXPECT_FLOAT_EQ(*norm, step == 2 ? 2 * *first : *first);
   }
 }
 
