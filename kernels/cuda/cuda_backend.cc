@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/env.h"
+#include "common/env_choice.h"
 #include "kernels/cuda/check.h"
 
 namespace boulder::kernels::cuda {
@@ -27,20 +28,6 @@ float BF16BitsToF32(uint16_t b) {
   float f;
   std::memcpy(&f, &x, 4);
   return f;
-}
-
-// A two-valued setting from the environment: unset or empty leaves *out as it is, `yes` sets
-// it true, `no` false; anything else is INVALID_ARGUMENT naming the variable and the choices.
-absl::Status ReadEnvSwitch(const char* name, const char* yes, const char* no, bool* out) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return absl::OkStatus();
-  const std::string choice = v;
-  if (choice != yes && choice != no) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "=", choice, ": expected ", yes, " or ", no));
-  }
-  *out = choice == yes;
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -64,77 +51,41 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
                      "; the CUDA backend needs 8.0 or higher (BF16 tensor cores)"));
   }
   std::unique_ptr<CudaBackend> b(new CudaBackend());
-  if (const char* v = std::getenv(common::kEnvFp8Gemm); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice == "cublaslt") {
-      b->fp8_gemm_ = Fp8Gemm::kCublasLt;
-    } else if (choice == "own") {
-      b->fp8_gemm_ = Fp8Gemm::kSm90;
-    } else if (choice != "auto") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(common::kEnvFp8Gemm, "=", choice, ": expected auto, cublaslt or own"));
-    }
-  }
-  if (const char* v = std::getenv(common::kEnvBf16Gemm); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice == "cublaslt") {
-      b->bf16_gemm_ = Bf16Gemm::kCublasLt;
-    } else if (choice == "own") {
-      b->bf16_gemm_ = Bf16Gemm::kSm90;
-    } else if (choice == "own-gelu") {
-      b->bf16_gemm_ = Bf16Gemm::kSm90Gelu;
-    } else if (choice != "auto") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          common::kEnvBf16Gemm, "=", choice, ": expected auto, cublaslt, own or own-gelu"));
-    }
-  }
-  if (const char* v = std::getenv(common::kEnvBf16GemmTile); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice == "256") {
-      b->bf16_gemm_tile_ = Bf16GemmTile::kN256;
-    } else if (choice == "128") {
-      b->bf16_gemm_tile_ = Bf16GemmTile::kN128;
-    } else if (choice == "pingpong") {
-      b->bf16_gemm_tile_ = Bf16GemmTile::kPingPong;
-    } else if (choice != "auto") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          common::kEnvBf16GemmTile, "=", choice, ": expected auto, 256, 128 or pingpong"));
-    }
-  }
-  if (absl::Status s = ReadEnvSwitch(common::kEnvFp8GemmGelu, "on", "off", &b->fp8_gemm_gelu_);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          ReadEnvSwitch(common::kEnvFp8AttentionCast, "on", "off", &b->fp8_attention_cast_);
-      !s.ok()) {
-    return s;
-  }
-  if (const char* v = std::getenv(common::kEnvAttentionDq); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice == "recompute") {
-      b->attention_dq_ = cuda::AttentionDq::kRecompute;
-    } else if (choice == "stored") {
-      b->attention_dq_ = cuda::AttentionDq::kStoredDs;
-    } else if (choice != "auto") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          common::kEnvAttentionDq, "=", choice, ": expected auto, recompute or stored"));
-    }
-  }
-  if (const char* v = std::getenv(common::kEnvAttentionFwd); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice == "pipelined") {
-      b->attention_fwd_ = cuda::AttentionFwdVariant::kPipelined;
-    } else if (choice == "pipelined1") {
-      b->attention_fwd_ = cuda::AttentionFwdVariant::kPipelinedOneBlock;
-    } else if (choice != "plain") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          common::kEnvAttentionFwd, "=", choice, ": expected plain, pipelined or pipelined1"));
-    }
-  }
-  if (absl::Status s = ReadEnvSwitch(common::kEnvMasterWeights, "split", "fp32", &b->split_master_);
-      !s.ok()) {
-    return s;
+  using common::ReadEnvChoice;
+  using common::ReadEnvSwitch;
+  for (absl::Status s : {
+           ReadEnvChoice<Fp8Gemm>(common::kEnvFp8Gemm,
+                                  {{"auto", Fp8Gemm::kAuto},
+                                   {"cublaslt", Fp8Gemm::kCublasLt},
+                                   {"own", Fp8Gemm::kSm90}},
+                                  &b->fp8_gemm_),
+           ReadEnvChoice<Bf16Gemm>(common::kEnvBf16Gemm,
+                                   {{"auto", Bf16Gemm::kAuto},
+                                    {"cublaslt", Bf16Gemm::kCublasLt},
+                                    {"own", Bf16Gemm::kSm90},
+                                    {"own-gelu", Bf16Gemm::kSm90Gelu}},
+                                   &b->bf16_gemm_),
+           ReadEnvChoice<Bf16GemmTile>(common::kEnvBf16GemmTile,
+                                       {{"auto", Bf16GemmTile::kAuto},
+                                        {"256", Bf16GemmTile::kN256},
+                                        {"128", Bf16GemmTile::kN128},
+                                        {"pingpong", Bf16GemmTile::kPingPong}},
+                                       &b->bf16_gemm_tile_),
+           ReadEnvSwitch(common::kEnvFp8GemmGelu, "on", "off", &b->fp8_gemm_gelu_),
+           ReadEnvSwitch(common::kEnvFp8AttentionCast, "on", "off", &b->fp8_attention_cast_),
+           ReadEnvChoice<cuda::AttentionDq>(common::kEnvAttentionDq,
+                                            {{"auto", cuda::AttentionDq::kAuto},
+                                             {"recompute", cuda::AttentionDq::kRecompute},
+                                             {"stored", cuda::AttentionDq::kStoredDs}},
+                                            &b->attention_dq_),
+           ReadEnvChoice<cuda::AttentionFwdVariant>(
+               common::kEnvAttentionFwd,
+               {{"plain", cuda::AttentionFwdVariant::kPlain},
+                {"pipelined", cuda::AttentionFwdVariant::kPipelined},
+                {"pipelined1", cuda::AttentionFwdVariant::kPipelinedOneBlock}},
+               &b->attention_fwd_),
+           ReadEnvSwitch(common::kEnvMasterWeights, "split", "fp32", &b->split_master_)}) {
+    if (!s.ok()) return s;
   }
   b->device_ = device;
   b->device_name_ = prop.name;

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/env.h"
+#include "common/env_choice.h"
 #include "common/memory_estimate.h"
 #include "kernels/backend.h"
 #include "worker/engine/data.h"
@@ -266,21 +267,15 @@ absl::Status RunTrainer(const TrainerOptions& o) {
   mo.freeze_embeddings = tr.freeze_embeddings();
   mo.recompute = *recompute;
   mo.fp8 = Fp8OptionsFromSpec(spec);
-  if (const char* v = std::getenv(common::kEnvWeightGradOverwrite); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "on" && choice != "off") {
-      return absl::InvalidArgumentError(absl::StrCat(common::kEnvWeightGradOverwrite, "=", choice,
-                                                     ": expected on or off"));
-    }
-    mo.overwrite_first_weight_gradients = choice == "on";
+  if (absl::Status s = common::ReadEnvSwitch(common::kEnvWeightGradOverwrite, "on", "off",
+                                             &mo.overwrite_first_weight_gradients);
+      !s.ok()) {
+    return s;
   }
-  if (const char* v = std::getenv(common::kEnvGradNorm); v != nullptr && *v != '\0') {
-    const std::string choice = v;
-    if (choice != "backward" && choice != "step") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(common::kEnvGradNorm, "=", choice, ": expected backward or step"));
-    }
-    mo.grad_norm_in_backward = choice == "backward";
+  if (absl::Status s = common::ReadEnvSwitch(common::kEnvGradNorm, "backward", "step",
+                                             &mo.grad_norm_in_backward);
+      !s.ok()) {
+    return s;
   }
   const bool fp8 = mo.fp8.enabled;
   if (fp8 && (*backend)->name() == "cuda") {
