@@ -39,6 +39,111 @@ struct Sm90FwdCfg {
   static constexpr int kFp8SmemBytes = kSmemBytes + 16;
 };
 
+// The pieces of a tile's work and of the end that attention_fwd_sm90_pipelined.cuh's kernel
+// shares with this one (the same operations in both, so the same bits).
+//
+// S's online softmax for a thread's two rows (row and row + 8 of its fragment; masked scores
+// already -inf): the new maxima (base 2, scaled) into m0/m1, s becomes P = exp2(s·scale - m)
+// in FP32, l0/l1 corrected and given P's row sums; alpha0/alpha1: O's corrections
+// exp2(m_old - m_new).
+__device__ __forceinline__ void OnlineSoftmaxTile(float (&s)[32], float scale_log2, float& m0,
+                                                  float& m1, float& l0, float& l1, float& alpha0,
+                                                  float& alpha1) {
+  float r0 = -INFINITY, r1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    r0 = fmaxf(r0, fmaxf(s[4 * j], s[4 * j + 1]));
+    r1 = fmaxf(r1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
+  r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
+  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
+  r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
+  const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
+  alpha0 = exp2f(m0 - mn0);
+  alpha1 = exp2f(m1 - mn1);
+  m0 = mn0;
+  m1 = mn1;
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    s[4 * j] = exp2f(fmaf(s[4 * j], scale_log2, -mn0));
+    s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -mn0));
+    s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -mn1));
+    s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -mn1));
+    sum0 += s[4 * j] + s[4 * j + 1];
+    sum1 += s[4 * j + 2] + s[4 * j + 3];
+  }
+  l0 = l0 * alpha0 + sum0;
+  l1 = l1 * alpha1 + sum1;
+}
+
+// O's correction by the softmax's alphas, then P rounded to BF16 into the A fragments of the
+// P·V product (p[kk]: keys 16kk..16kk+15).
+template <int kO>
+__device__ __forceinline__ void RescaleAndPackP(float (&o)[kO], uint32_t (&p)[4][4],
+                                                const float (&s)[32], float alpha0,
+                                                float alpha1) {
+#pragma unroll
+  for (int j = 0; j < kO / 4; ++j) {
+    o[4 * j] *= alpha0;
+    o[4 * j + 1] *= alpha0;
+    o[4 * j + 2] *= alpha1;
+    o[4 * j + 3] *= alpha1;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
+    p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
+    p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
+    p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// The end of the forward for this thread's warpgroup (rows q0 + 64·wg ..., its products
+// finished): out = O / l, staged through the warpgroup's own Q rows in sQ so every global store
+// is a whole 16-byte chunk of a row (with kFp8 also cast to E4M3 into fp8_out, the block's
+// statistics flushed from fp8_stats), and stats = (m + log2 l)·ln 2 as the backward expects.
+template <int HS, bool kFp8>
+__device__ __forceinline__ void StoreForwardOutput(
+    const float (&o)[HS / 2], float m0, float m1, float l0, float l1, unsigned char* sQ,
+    BlockCastStats& fp8_stats, bf16* __restrict__ out, float* __restrict__ stats,
+    uint8_t* __restrict__ fp8_out, const float* __restrict__ fp8_scale, float* fp8_amax,
+    unsigned long long* fp8_counts, int b, int h, int T, int C, int NH, int q0) {
+  constexpr int kBq = Sm90FwdCfg<HS>::kBq;
+  const int wg = threadIdx.x / 128, wq = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int qw = q0 + 64 * wg, row = qw + 16 * wq + g;
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  // The warpgroup's Q rows (read only by its own, finished, products) stage its output.
+  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
+  attn::WarpgroupBarrier(wg);
+  if constexpr (kFp8) {
+    CastStats st;
+    const float s = *fp8_scale;
+    uint8_t* dst8 = fp8_out + size_t(b) * T * C + h * HS;
+    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                      64 * wg, [&](int r, int c, uint4 v) {
+                                        float unused[8];
+                                        *reinterpret_cast<uint2*>(dst8 + size_t(r) * C + c * 8) =
+                                            Cast8<true>(v, s, st, unused);
+                                      });
+    FlushCastStats(st, fp8_stats, threadIdx.x, fp8_amax, fp8_counts);
+  } else {
+    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
+                                      64 * wg);
+  }
+  if (t4 == 0) {
+    float* st = stats + (size_t(b) * NH + h) * T;
+    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
+    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
+  }
+}
+
 // Two blocks per multiprocessor at both head sizes: at 128 that caps registers at 128 and ptxas
 // spills 92 bytes, and it still runs faster than one block of 161 registers (H200, hidden-2048
 // shape: 0.109 against 0.122 ms per call; the spare warps hide the wgmma and softmax latency).
@@ -127,47 +232,10 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
           }
         }
       }
-      float r0 = -INFINITY, r1 = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        r0 = fmaxf(r0, fmaxf(s[4 * j], s[4 * j + 1]));
-        r1 = fmaxf(r1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-      }
-      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-      r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-      r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-      const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
-      const float alpha0 = exp2f(m0 - mn0), alpha1 = exp2f(m1 - mn1);
-      m0 = mn0;
-      m1 = mn1;
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        s[4 * j] = exp2f(fmaf(s[4 * j], scale_log2, -mn0));
-        s[4 * j + 1] = exp2f(fmaf(s[4 * j + 1], scale_log2, -mn0));
-        s[4 * j + 2] = exp2f(fmaf(s[4 * j + 2], scale_log2, -mn1));
-        s[4 * j + 3] = exp2f(fmaf(s[4 * j + 3], scale_log2, -mn1));
-        sum0 += s[4 * j] + s[4 * j + 1];
-        sum1 += s[4 * j + 2] + s[4 * j + 3];
-      }
-      l0 = l0 * alpha0 + sum0;
-      l1 = l1 * alpha1 + sum1;
-#pragma unroll
-      for (int j = 0; j < kO / 4; ++j) {
-        o[4 * j] *= alpha0;
-        o[4 * j + 1] *= alpha0;
-        o[4 * j + 2] *= alpha1;
-        o[4 * j + 3] *= alpha1;
-      }
+      float alpha0, alpha1;
+      OnlineSoftmaxTile(s, scale_log2, m0, m1, l0, l1, alpha0, alpha1);
       uint32_t p[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
-        p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
-        p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
-        p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+      RescaleAndPackP(o, p, s, alpha0, alpha1);
       wgmma::FenceOperand(o);
       wgmma::Fence();
 #pragma unroll
@@ -186,36 +254,8 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, 2)
     __syncthreads();  // every warpgroup is done with this stage before it is refilled
   }
   attn::CpAsyncWait<0>();
-
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  // The warpgroup's Q rows (read only by its own, finished, products) stage its output, so
-  // every global store is a whole 16-byte chunk of a row.
-  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
-  attn::WarpgroupBarrier(wg);
-  if constexpr (kFp8) {
-    CastStats st;
-    const float s = *fp8_scale;
-    uint8_t* dst8 = fp8_out + size_t(b) * T * C + h * HS;
-    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                      64 * wg, [&](int r, int c, uint4 v) {
-                                        float unused[8];
-                                        *reinterpret_cast<uint2*>(dst8 + size_t(r) * C + c * 8) =
-                                            Cast8<true>(v, s, st, unused);
-                                      });
-    FlushCastStats(st, fp8_stats, threadIdx.x, fp8_amax, fp8_counts);
-  } else {
-    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                      64 * wg);
-  }
-  if (t4 == 0) {
-    float* st = stats + (size_t(b) * NH + h) * T;
-    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
-    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
-  }
+  StoreForwardOutput<HS, kFp8>(o, m0, m1, l0, l1, sQ, fp8_stats, out, stats, fp8_out, fp8_scale,
+                               fp8_amax, fp8_counts, b, h, T, C, NH, q0);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif

@@ -115,11 +115,10 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
     }
     wgmma::Commit();
   };
-  // S_j's online softmax (in place: s becomes P_j in FP32); the corrections of O by the new
-  // maxima into alpha0/alpha1. The causal mask is applied to every tile without a branch (it
-  // changes nothing below the diagonal): a branch on the warpgroup here, with P·V in flight,
-  // makes ptxas serialise the products.
-  auto softmax = [&](int j, float(&s)[32], float& alpha0, float& alpha1) {
+  // S_j's causal mask, then its online softmax (OnlineSoftmaxTile: s becomes P_j in FP32). The
+  // mask is applied to every tile without a branch (it changes nothing below the diagonal): a
+  // branch on the warpgroup here, with P·V in flight, makes ptxas serialise the products.
+  auto mask_and_softmax = [&](int j, float(&s)[32], float& alpha0, float& alpha1) {
     const int kv0 = j * kBkv;
 #pragma unroll
     for (int jj = 0; jj < 8; ++jj) {
@@ -129,52 +128,8 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
         s[4 * jj + e] = masked ? -INFINITY : s[4 * jj + e];
       }
     }
-    float r0 = -INFINITY, r1 = -INFINITY;
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      r0 = fmaxf(r0, fmaxf(s[4 * jj], s[4 * jj + 1]));
-      r1 = fmaxf(r1, fmaxf(s[4 * jj + 2], s[4 * jj + 3]));
-    }
-    r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 1));
-    r0 = fmaxf(r0, __shfl_xor_sync(0xffffffffu, r0, 2));
-    r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 1));
-    r1 = fmaxf(r1, __shfl_xor_sync(0xffffffffu, r1, 2));
-    const float mn0 = fmaxf(m0, r0 * scale_log2), mn1 = fmaxf(m1, r1 * scale_log2);
-    alpha0 = exp2f(m0 - mn0);
-    alpha1 = exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      s[4 * jj] = exp2f(fmaf(s[4 * jj], scale_log2, -mn0));
-      s[4 * jj + 1] = exp2f(fmaf(s[4 * jj + 1], scale_log2, -mn0));
-      s[4 * jj + 2] = exp2f(fmaf(s[4 * jj + 2], scale_log2, -mn1));
-      s[4 * jj + 3] = exp2f(fmaf(s[4 * jj + 3], scale_log2, -mn1));
-      sum0 += s[4 * jj] + s[4 * jj + 1];
-      sum1 += s[4 * jj + 2] + s[4 * jj + 3];
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
+    OnlineSoftmaxTile(s, scale_log2, m0, m1, l0, l1, alpha0, alpha1);
   };
-  // After the P·V reading p has retired: O's correction, then P_j into p.
-  auto rescale_and_pack = [&](const float(&s)[32], float alpha0, float alpha1) {
-#pragma unroll
-    for (int i = 0; i < kO / 4; ++i) {
-      o[4 * i] *= alpha0;
-      o[4 * i + 1] *= alpha0;
-      o[4 * i + 2] *= alpha1;
-      o[4 * i + 3] *= alpha1;
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      p[kk][0] = attn::PackBf16(s[8 * kk], s[8 * kk + 1]);
-      p[kk][1] = attn::PackBf16(s[8 * kk + 2], s[8 * kk + 3]);
-      p[kk][2] = attn::PackBf16(s[8 * kk + 4], s[8 * kk + 5]);
-      p[kk][3] = attn::PackBf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-
   // Both warpgroups run every one of the block's n_kv tiles, so no wgmma sits under a branch on
   // the warpgroup. The first one's last tile (past its rows when the second has rows there) is
   // then wholly masked: its maximum stays, its correction is 1 and its P is 0, so O and l keep
@@ -190,8 +145,8 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
     wgmma::Wait<0>();
     wgmma::FenceOperand(s);
     float alpha0, alpha1;
-    softmax(0, s, alpha0, alpha1);
-    rescale_and_pack(s, alpha0, alpha1);
+    mask_and_softmax(0, s, alpha0, alpha1);
+    RescaleAndPackP(o, p, s, alpha0, alpha1);
   }
   for (int j = 1; j < n_kv; ++j) {  // S_j, with P_{j-1}·V_{j-1} under its softmax
     sync_and_load(j);
@@ -206,10 +161,10 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
     wgmma::Wait<1>();  // S_j; P_{j-1}·V_{j-1} may still run
     wgmma::FenceOperand(s);
     float alpha0, alpha1;
-    softmax(j, s, alpha0, alpha1);
+    mask_and_softmax(j, s, alpha0, alpha1);
     wgmma::Wait<0>();  // O holds P_{j-1}·V_{j-1}; p is free
     wgmma::FenceOperand(o);
-    rescale_and_pack(s, alpha0, alpha1);
+    RescaleAndPackP(o, p, s, alpha0, alpha1);  // after the P·V reading p has retired
   }
   sync_and_load(n_kv);  // V_{n_kv - 1} has landed
   wgmma::FenceOperand(o);
@@ -218,35 +173,8 @@ __global__ void __launch_bounds__(Sm90FwdCfg<HS>::kThreads, kMinBlocks)
   wgmma::Wait<0>();
   wgmma::FenceOperand(o);
   attn::CpAsyncWait<0>();
-
-  // From here as attention_fwd_sm90.cuh: normalise, stage through the warpgroup's Q rows, store.
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  attn::StageAccumulators<kBq, HS>(sQ, 64 * wg + 16 * wq + g, o, inv0, inv1);
-  attn::WarpgroupBarrier(wg);
-  if constexpr (kFp8) {
-    CastStats st;
-    const float s = *fp8_scale;
-    uint8_t* dst8 = fp8_out + size_t(b) * T * C + h * HS;
-    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                      64 * wg, [&](int r, int c, uint4 v) {
-                                        float unused[8];
-                                        *reinterpret_cast<uint2*>(dst8 + size_t(r) * C + c * 8) =
-                                            Cast8<true>(v, s, st, unused);
-                                      });
-    FlushCastStats(st, fp8_stats, threadIdx.x, fp8_amax, fp8_counts);
-  } else {
-    attn::StoreWarpgroupRows<kBq, HS>(out + size_t(b) * T * C + h * HS, size_t(C), qw, T, sQ,
-                                      64 * wg);
-  }
-  if (t4 == 0) {
-    float* st = stats + (size_t(b) * NH + h) * T;
-    if (row < T) st[row] = (m0 + log2f(l0)) * attn::kLn2;
-    if (row + 8 < T) st[row + 8] = (m1 + log2f(l1)) * attn::kLn2;
-  }
+  StoreForwardOutput<HS, kFp8>(o, m0, m1, l0, l1, sQ, fp8_stats, out, stats, fp8_out, fp8_scale,
+                               fp8_amax, fp8_counts, b, h, T, C, NH, q0);
 #else
   __trap();  // launched only where AttentionWgmmaAvailable() holds
 #endif
