@@ -165,10 +165,11 @@ void RunBackward(const Problem& pr, const std::vector<bf16>& qkv, const std::vec
 }
 
 // Mirror AttentionForwardSm90 (attention_fwd_sm90.cu) and Backward<HS> (attention_bwd.cu) with
-// its wgmma kernels: preprocess, dK/dV, dQ (the same in both modes).
+// its wgmma kernels: preprocess, dK/dV, dQ (the same in both modes). pipelined:
+// attention_fwd_sm90_pipelined.cuh's forward instead (its launch bounds do not matter here).
 template <int HS>
 void RunForwardSm90(const Problem& pr, const std::vector<bf16>& qkv, std::vector<bf16>* out,
-                    std::vector<float>* stats) {
+                    std::vector<float>* stats, bool pipelined = false) {
   using Cfg = Sm90FwdCfg<HS>;
   const int C = pr.C(), T = pr.T, NH = pr.NH;
   const bf16* q = qkv.data();
@@ -176,7 +177,13 @@ void RunForwardSm90(const Problem& pr, const std::vector<bf16>& qkv, std::vector
   float* st = stats->data();
   const float scale_log2 = kLog2e / std::sqrt(float(HS));
   Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes, [=] {
-    FlashForwardSm90Kernel<HS>(o, st, q, T, C, NH, scale_log2, nullptr, nullptr, nullptr, nullptr);
+    if (pipelined) {
+      FlashForwardSm90PipelinedKernel<HS, false, 1>(o, st, q, T, C, NH, scale_log2, nullptr,
+                                                    nullptr, nullptr, nullptr);
+    } else {
+      FlashForwardSm90Kernel<HS>(o, st, q, T, C, NH, scale_log2, nullptr, nullptr, nullptr,
+                                 nullptr);
+    }
   });
 }
 // With the FP8 cast of out (kFp8, as AttentionForwardSm90 with an AttentionFp8Cast); pipelined:
@@ -200,21 +207,6 @@ void RunForwardSm90Fp8(const Problem& pr, const std::vector<bf16>& qkv, std::vec
     } else {
       FlashForwardSm90Kernel<HS, true>(o, st, q, T, C, NH, scale_log2, c8, sc, amax, counts);
     }
-  });
-}
-// attention_fwd_sm90_pipelined.cuh's forward (the launch bounds do not matter here).
-template <int HS>
-void RunForwardSm90Pipelined(const Problem& pr, const std::vector<bf16>& qkv,
-                             std::vector<bf16>* out, std::vector<float>* stats) {
-  using Cfg = Sm90FwdCfg<HS>;
-  const int C = pr.C(), T = pr.T, NH = pr.NH;
-  const bf16* q = qkv.data();
-  bf16* o = out->data();
-  float* st = stats->data();
-  const float scale_log2 = kLog2e / std::sqrt(float(HS));
-  Launch(dim3(pr.B * NH, (T + Cfg::kBq - 1) / Cfg::kBq), Cfg::kThreads, Cfg::kSmemBytes, [=] {
-    FlashForwardSm90PipelinedKernel<HS, false, 2>(o, st, q, T, C, NH, scale_log2, nullptr,
-                                                  nullptr, nullptr, nullptr);
   });
 }
 
@@ -296,7 +288,7 @@ void Check(const Problem& pr, Schedule schedule, uint32_t seed,
       emu::g_late_products = late;
       std::fill(out.begin(), out.end(), nan);
       std::fill(stats.begin(), stats.end(), NAN);
-      RunForwardSm90Pipelined<HS>(pr, qkv_b, &out, &stats);
+      RunForwardSm90<HS>(pr, qkv_b, &out, &stats, /*pipelined=*/true);
       EXPECT_EQ(std::memcmp(plain.data(), out.data(), out.size() * sizeof(bf16)), 0) << "out";
       EXPECT_EQ(std::memcmp(plain_stats.data(), stats.data(), stats.size() * sizeof(float)), 0)
           << "stats";
