@@ -118,18 +118,12 @@ absl::Status Model::Allocate() {
     }
   }
   const size_t nt = num_trainable_;
-  // Each bucket's trainable gradients: the union of its runs' pieces, one range of grads_.
+  // Each bucket's gradients in grads_: frozen tensors are whole layers or the embeddings, so a
+  // bucket is all trainable or has none (as DataParallel's bucket all-reduces assume).
   bucket_grads_.clear();
   for (const Bucket& b : layout_.Buckets()) {
-    size_t lo = nt, hi = 0;
-    for (const TrainableRun& r : runs_) {
-      const size_t from = std::max(b.offset, r.param_offset);
-      const size_t to = std::min(b.offset + b.numel, r.param_offset + r.numel);
-      if (from >= to) continue;
-      lo = std::min(lo, r.grad_offset + (from - r.param_offset));
-      hi = std::max(hi, r.grad_offset + (to - r.param_offset));
-    }
-    bucket_grads_.push_back(lo < hi ? Bucket{lo, hi - lo} : Bucket{0, 0});
+    const std::optional<size_t> g = GradOffset(b.offset);
+    bucket_grads_.push_back(g.has_value() ? Bucket{*g, b.numel} : Bucket{0, 0});
   }
 
   auto alloc = [this](size_t bytes, auto** out) -> absl::Status {

@@ -438,8 +438,8 @@ class Model {
   int last_T_ = 0;
   bool backward_ready_ = false;
   std::function<void(int)> on_bucket_ready_;
-  // Per bucket (layout_.Buckets() order), its trainable gradients' range of grads_ (empty
-  // where the bucket is frozen): a bucket's trainable tensors are adjacent in grads_.
+  // Per bucket (layout_.Buckets() order), its range of grads_ (empty where the bucket is
+  // frozen).
   std::vector<Bucket> bucket_grads_;
   // Whether this backward computes the norm as it goes (options.grad_norm_in_backward and it
   // applies), and how many gradients it has covered so far.
