@@ -70,7 +70,7 @@ absl::Status Model::SetOptimizerStep(float lr, int t) {
 
 void Model::EnqueueOptimizerStep() {
   const AdamWConfig& a = options_.adamw;
-  // The backward computed it already where it could (ModelOptions::grad_norm_in_backward).
+  // Computed already by the backward (ModelOptions::grad_norm_in_backward) or a GradNorm().
   if (!grad_norm_ready_) backend_->NormSquared(act_.norm_sq, grads_, num_trainable_);
   // One AdamW per run of trainable tensors; the clip factor is read from the one norm.
   for (const TrainableRun& r : runs_) {
